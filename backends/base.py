@@ -1,0 +1,110 @@
+"""The one interface every model client implements.
+
+A backend is a small object with a name, its declared capabilities and three calls:
+
+- ``chat(messages, params) -> ChatResult``
+- ``async achat(messages, params) -> ChatResult``
+- ``batch(requests) -> list[ChatResult]`` for many independent prompts, in order; a failed job comes back
+  as a result with ``finish_reason="error"`` rather than raising, so finished jobs are never lost.
+
+Protocols branch on ``capabilities``, never on the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from minions.errors import BackendError
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
+
+__all__ = ["Backend", "BaseBackend", "Capabilities", "MessagesLike", "error_result"]
+
+log = logging.getLogger(__name__)
+
+MessagesLike = Iterable[Message | Mapping[str, Any]] | str
+OnResult = Callable[[int, ChatResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    json_schema: bool = False
+    """Replies can be constrained to a JSON schema."""
+    logprobs: bool = False
+    batching: bool = False
+    """``batch`` runs jobs together natively (not one after another)."""
+    streaming: bool = False
+    local: bool = False
+    """Runs on this device: text sent to it does not leave the machine."""
+    context_window: int = 8192
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    """``provider/model``, as the registry spells it."""
+    capabilities: Capabilities
+
+    def chat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult: ...
+
+    async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult: ...
+
+    def batch(self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None) -> list[ChatResult]: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+def error_result(model: str, exc: BaseException) -> ChatResult:
+    usage = exc.usage if isinstance(exc, BackendError) and exc.usage else Usage()
+    return ChatResult(text="", usage=usage, finish_reason="error", timings=Timings(), model=model,
+                      error=f"{type(exc).__name__}: {exc}")
+
+
+class BaseBackend:
+    """Defaults shared by the concrete backends: ``achat`` on a thread and a ``batch`` that never raises.
+
+    Subclasses implement ``_chat(messages, params)``; ``max_concurrency`` bounds the batch's threads
+    (1 for a local model that is compute-bound anyway, more for a remote server).
+    """
+
+    name: str = "base"
+    capabilities: Capabilities = Capabilities()
+    max_concurrency: int = 1
+
+    def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
+        raise NotImplementedError
+
+    def chat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
+        return self._chat(as_messages(messages), params or SamplingParams())
+
+    async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
+        return await asyncio.to_thread(self.chat, messages, params)
+
+    def batch(self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None) -> list[ChatResult]:
+        def one(i: int) -> ChatResult:
+            req = requests[i]
+            try:
+                result = self._chat(list(req.messages), req.params)
+            except BackendError as exc:
+                log.warning("job %d failed on %s: %s", i, self.name, exc)
+                result = error_result(self.name, exc)
+            if on_result is not None:
+                on_result(i, result)
+            return result
+
+        if self.max_concurrency <= 1 or len(requests) <= 1:
+            return [one(i) for i in range(len(requests))]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(one, range(len(requests))))
+
+    def count_tokens(self, text: str) -> int:
+        from minions.tokens import count_tokens
+
+        return count_tokens(text)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"

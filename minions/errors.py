@@ -1,0 +1,134 @@
+"""The minions exception tree.
+
+    MinionsError                    everything minions raises on purpose
+    ├── ConfigError                 the user's configuration is wrong; the message says what to set
+    │   ├── UnknownProviderError    "foo/model" names no registered provider
+    │   ├── MissingAPIKeyError      the provider's key variable is unset
+    │   └── ModelNotFoundError      a local model file does not exist or is not a model
+    ├── DocumentError               a document cannot be used
+    │   ├── DocumentNotFoundError
+    │   ├── UnreadableDocumentError (corrupt or encrypted PDF, unknown format)
+    │   └── EmptyDocumentError      it yields no text
+    ├── BackendError                a model call failed; carries the backend, the attempt and the usage so far
+    │   ├── BackendConnectionError  the server refuses connections or is unreachable
+    │   ├── RateLimitError          still rate limited after the bounded retries
+    │   ├── BackendTimeoutError
+    │   ├── ContextLengthError      the prompt does not fit the model's context
+    │   └── ModelOutputError        a reply that does not validate after the bounded retries
+    └── BudgetExceededError         a run hit its remote token or dollar budget
+
+Every error's message is one line that says what to do; the CLI prints it and exits with status 2.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from minions.types import Usage
+
+__all__ = [
+    "BackendConnectionError",
+    "BackendError",
+    "BackendTimeoutError",
+    "BudgetExceededError",
+    "ConfigError",
+    "ContextLengthError",
+    "DocumentError",
+    "DocumentNotFoundError",
+    "EmptyDocumentError",
+    "MinionsError",
+    "MissingAPIKeyError",
+    "ModelNotFoundError",
+    "ModelOutputError",
+    "RateLimitError",
+    "UnknownProviderError",
+    "UnreadableDocumentError",
+]
+
+
+class MinionsError(Exception):
+    """Base class of every error minions raises on purpose."""
+
+
+class ConfigError(MinionsError):
+    """The configuration is wrong; the message names what to set."""
+
+
+class UnknownProviderError(ConfigError):
+    pass
+
+
+class MissingAPIKeyError(ConfigError):
+    def __init__(self, provider: str, env_var: str) -> None:
+        self.provider = provider
+        self.env_var = env_var
+        super().__init__(f"No API key for provider {provider!r}: set the environment variable {env_var}.")
+
+
+class ModelNotFoundError(ConfigError):
+    pass
+
+
+class DocumentError(MinionsError):
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class DocumentNotFoundError(DocumentError):
+    pass
+
+
+class UnreadableDocumentError(DocumentError):
+    pass
+
+
+class EmptyDocumentError(DocumentError):
+    pass
+
+
+class BackendError(MinionsError):
+    """A model call failed. Carries what a caller needs to debug and to account."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str | None = None,
+        attempts: int = 1,
+        usage: Usage | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.backend = backend
+        self.attempts = attempts
+        self.usage = usage
+        self.raw = raw
+        super().__init__(message)
+
+
+class BackendConnectionError(BackendError):
+    pass
+
+
+class RateLimitError(BackendError):
+    pass
+
+
+class BackendTimeoutError(BackendError):
+    pass
+
+
+class ContextLengthError(BackendError):
+    pass
+
+
+class ModelOutputError(BackendError):
+    """A model's reply failed validation after the bounded number of retries; ``raw`` holds the last reply."""
+
+
+class BudgetExceededError(MinionsError):
+    def __init__(self, message: str, *, spent_tokens: int = 0, spent_usd: float = 0.0) -> None:
+        self.spent_tokens = spent_tokens
+        self.spent_usd = spent_usd
+        super().__init__(message)

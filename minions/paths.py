@@ -1,0 +1,17 @@
+"""Where minions keeps its files: converted models, tokenizer files, the speculator's traces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["cache_dir"]
+
+
+def cache_dir() -> Path:
+    """``$MINIONS_CACHE_DIR``, else ``$XDG_CACHE_HOME/minions``, else ``~/.cache/minions``."""
+    explicit = os.environ.get("MINIONS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "minions"
