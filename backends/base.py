@@ -60,8 +60,14 @@ class Backend(Protocol):
 
 def error_result(model: str, exc: BaseException) -> ChatResult:
     usage = exc.usage if isinstance(exc, BackendError) and exc.usage else Usage()
-    return ChatResult(text="", usage=usage, finish_reason="error", timings=Timings(), model=model,
-                      error=f"{type(exc).__name__}: {exc}")
+    return ChatResult(
+        text="",
+        usage=usage,
+        finish_reason="error",
+        timings=Timings(),
+        model=model,
+        error=f"{type(exc).__name__}: {exc}",
+    )
 
 
 class BaseBackend:

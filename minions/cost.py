@@ -34,8 +34,11 @@ class Price:
 
     def cost(self, usage: Usage) -> float:
         uncached = max(usage.prompt_tokens - usage.cached_prompt_tokens, 0)
-        return (uncached * self.input + usage.cached_prompt_tokens * self.cached_input
-                + usage.completion_tokens * self.output) / 1e6
+        return (
+            uncached * self.input
+            + usage.cached_prompt_tokens * self.cached_input
+            + usage.completion_tokens * self.output
+        ) / 1e6
 
 
 FREE = Price(0.0, 0.0, 0.0)
@@ -81,7 +84,9 @@ class PriceTable:
         price = self.lookup(model)
         return price.cost(usage) if price else 0.0
 
-    def with_overrides(self, overrides: Mapping[str, Price | tuple[float, float, float] | list[float]]) -> PriceTable:
+    def with_overrides(
+        self, overrides: Mapping[str, Price | tuple[float, float, float] | list[float]]
+    ) -> PriceTable:
         merged = dict(self.prices)
         for model, p in overrides.items():
             merged[model.lower()] = p if isinstance(p, Price) else Price(*map(float, p))

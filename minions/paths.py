@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir"]
+__all__ = ["cache_dir", "shared_data_dir"]
 
 
 def cache_dir() -> Path:
@@ -15,3 +15,9 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "minions"
+
+
+def shared_data_dir(name: str) -> str | None:
+    """``../shared/data/<name>`` beside this checkout, where the benchmark files live, if present."""
+    candidate = Path(__file__).resolve().parents[2] / "shared" / "data" / name
+    return str(candidate) if candidate.is_dir() else None

@@ -72,8 +72,11 @@ def token_counter(encoding_name: str = "o200k_base") -> TokenCounter:
         _install_bpe_file(encoding_name)
         return TokenCounter(encoding_name, tiktoken.get_encoding(encoding_name))
     except Exception as exc:  # any failure here must degrade to an estimate, never break a run
-        log.warning("tiktoken unavailable (%s); token counts are estimates (%d chars/token)", exc,
-                    CHARS_PER_TOKEN_ESTIMATE)
+        log.warning(
+            "tiktoken unavailable (%s); token counts are estimates (%d chars/token)",
+            exc,
+            CHARS_PER_TOKEN_ESTIMATE,
+        )
         return TokenCounter(encoding_name, None)
 
 

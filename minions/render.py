@@ -1,0 +1,122 @@
+"""Terminal rendering for the CLI: live progress from the event stream, the answer, the usage and cost table."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from minions.events import Event, JobFailed, JobFinished, Notice, PlanReady, RoundDone
+from minions.types import Usage
+
+__all__ = ["LiveProgress", "print_models", "print_result", "usage_table"]
+
+
+class LiveProgress:
+    """A progress bar of local jobs, per round, on stderr. ``sink`` is the event sink to pass to a run."""
+
+    def __init__(self, *, enabled: bool = True, console: Console | None = None) -> None:
+        self.enabled = enabled
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._task: TaskID | None = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> LiveProgress:
+        if self.enabled:
+            self._progress.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.enabled:
+            self._progress.stop()
+
+    def sink(self, event: Event) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if isinstance(event, PlanReady):
+                self._task = self._progress.add_task(f"round {event.round}: local jobs", total=event.jobs)
+            elif isinstance(event, JobFinished | JobFailed) and self._task is not None:
+                if not (isinstance(event, JobFailed) and event.will_retry):
+                    self._progress.advance(self._task)
+            elif isinstance(event, RoundDone) and self._task is not None:
+                self._progress.update(self._task, description=f"round {event.round}: done")
+            elif isinstance(event, Notice):
+                self.console.print(f"[yellow]{event.level}:[/yellow] {event.message}")
+
+
+def _fmt_usd(x: float) -> str:
+    return f"${x:.4f}" if x < 1 else f"${x:.2f}"
+
+
+def usage_table(usage: Mapping[str, Usage], models: Mapping[str, str | None], remote_only: Usage | None) -> Table:
+    table = Table(title="Usage and cost", title_justify="left")
+    for col in ("role", "model", "calls", "input tok", "cached", "output tok", "seconds", "cost"):
+        table.add_column(col, justify="left" if col in ("role", "model") else "right")
+
+    def row(role: str, model: str, u: Usage, style: str | None = None) -> None:
+        table.add_row(
+            role,
+            model,
+            str(u.calls),
+            f"{u.prompt_tokens:,}",
+            f"{u.cached_prompt_tokens:,}",
+            f"{u.completion_tokens:,}",
+            f"{u.seconds:.1f}",
+            _fmt_usd(u.cost_usd),
+            style=style,
+        )
+
+    for role, u in usage.items():
+        row(role, models.get(role) or "", u)
+    total = sum(usage.values(), Usage())
+    row("total", "", total, style="bold")
+    if remote_only is not None:
+        table.add_section()
+        row("remote only (est.)", models.get("remote") or "", remote_only, style="dim")
+        saved = remote_only.cost_usd - total.cost_usd
+        table.caption = (
+            f"saved {_fmt_usd(saved)} against sending the documents to the remote model"
+            if models.get("remote")
+            else "no remote model configured: nothing left this device"
+        )
+    return table
+
+
+def print_result(result: Any, *, local_name: str, remote_name: str | None, console: Console | None = None) -> None:
+    """Print a protocol's ``RunResult``: the answer, its citations, notes, and the usage table."""
+    out = console or Console(file=sys.stdout)
+    out.print(result.answer or "[no answer]", markup=False, highlight=False)
+    for c in result.citations[:5]:
+        out.print(f'  [{c.label}] "{c.text[:160]}"', markup=False, highlight=False)
+    for note in result.notes:
+        out.print(f"note: {note}", style="yellow", markup=False)
+    out.print()
+    models = {"local": local_name, "remote": remote_name or local_name}
+    out.print(usage_table(dict(result.usage), models, result.remote_only_estimate))
+
+
+def print_models(infos: list[Any], console: Console | None = None) -> None:
+    out = console or Console(file=sys.stdout)
+    table = Table(title="Models", title_justify="left")
+    for col in ("role", "model", "available", "detail"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(i.role, i.spec, "yes" if i.available else "no", i.detail)
+    out.print(table)

@@ -1,0 +1,183 @@
+"""What every protocol run returns, and the egress log that records what left the device."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from minions.types import Usage
+
+__all__ = ["Citation", "EgressLog", "EgressRecord", "JobRecord", "RoundRecord", "RunResult"]
+
+
+@dataclass(frozen=True)
+class Citation:
+    """A verbatim quote from a chunk, with where it came from."""
+
+    text: str
+    document: str
+    chunk: int
+    pages: tuple[int, ...] = ()
+    start: int | None = None
+    end: int | None = None
+
+    @property
+    def label(self) -> str:
+        if len(self.pages) > 1:
+            return f"{self.document} p.{self.pages[0]}-{self.pages[-1]}"
+        if self.pages:
+            return f"{self.document} p.{self.pages[0]}"
+        return f"{self.document} #{self.chunk + 1}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "document": self.document,
+            "chunk": self.chunk,
+            "pages": list(self.pages),
+            "start": self.start,
+            "end": self.end,
+            "label": self.label,
+        }
+
+
+@dataclass(frozen=True)
+class EgressRecord:
+    """One piece of text sent to a model that does not run on this device."""
+
+    round: int
+    step: str
+    backend: str
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "step": self.step,
+            "backend": self.backend,
+            "text": self.text,
+            "chars": len(self.text),
+        }
+
+
+class EgressLog:
+    """Append-only, thread-safe record of everything that left the device."""
+
+    def __init__(self) -> None:
+        self._records: list[EgressRecord] = []
+        self._lock = threading.Lock()
+
+    def record(self, round: int, step: str, backend: str, text: str) -> None:
+        with self._lock:
+            self._records.append(EgressRecord(round, step, backend, text))
+
+    @property
+    def records(self) -> tuple[EgressRecord, ...]:
+        return tuple(self._records)
+
+    @property
+    def chars(self) -> int:
+        return sum(len(r.text) for r in self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One local job: what it was asked, over which chunk, and what came back (or how it failed)."""
+
+    job_id: int
+    round: int
+    instruction: str
+    document: str
+    chunk: int
+    pages: tuple[int, ...]
+    attempts: int
+    ok: bool
+    answer: str | None = None
+    explanation: str = ""
+    citation: str | None = None
+    error: str | None = None
+    raw: str = ""
+    sample: int = 0
+    citation_verified: bool | None = None
+    """Whether the citation was found (near-)verbatim in the chunk; None when there is none."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One round of a multi-round protocol: what the local model was asked and what the remote decided."""
+
+    round: int
+    instructions: tuple[str, ...]
+    jobs: int
+    jobs_ok: int
+    decision: str = ""
+    feedback: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "instructions": list(self.instructions),
+            "jobs": self.jobs,
+            "jobs_ok": self.jobs_ok,
+            "decision": self.decision,
+            "feedback": self.feedback,
+        }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    answer: str
+    protocol: str
+    citations: tuple[Citation, ...] = ()
+    rounds: int = 0
+    jobs: tuple[JobRecord, ...] = ()
+    usage: Mapping[str, Usage] = field(default_factory=dict)
+    """Usage by role: ``local``, ``remote`` (and ``judge`` in evaluations)."""
+    remote_only_estimate: Usage | None = None
+    """What sending the whole documents to the remote model would have cost, for the saving."""
+    timings: Mapping[str, float] = field(default_factory=dict)
+    egress: tuple[EgressRecord, ...] = ()
+    complete: bool = True
+    """False when the run stopped early (budget, cancellation, a dead backend); ``notes`` says why."""
+    notes: tuple[str, ...] = ()
+    round_log: tuple[RoundRecord, ...] = ()
+
+    @property
+    def total_usage(self) -> Usage:
+        return sum(self.usage.values(), Usage())
+
+    @property
+    def cost_usd(self) -> float:
+        return self.total_usage.cost_usd
+
+    @property
+    def saving_usd(self) -> float | None:
+        if self.remote_only_estimate is None:
+            return None
+        return self.remote_only_estimate.cost_usd - self.cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "protocol": self.protocol,
+            "complete": self.complete,
+            "notes": list(self.notes),
+            "citations": [c.to_dict() for c in self.citations],
+            "rounds": self.rounds,
+            "jobs": [j.to_dict() for j in self.jobs],
+            "usage": {role: u.to_dict() for role, u in self.usage.items()},
+            "cost_usd": self.cost_usd,
+            "remote_only_estimate": self.remote_only_estimate.to_dict() if self.remote_only_estimate else None,
+            "saving_usd": self.saving_usd,
+            "timings": dict(self.timings),
+            "egress": [r.to_dict() for r in self.egress],
+            "round_log": [r.to_dict() for r in self.round_log],
+        }
