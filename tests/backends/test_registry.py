@@ -8,7 +8,7 @@ from minions.errors import ModelNotFoundError, UnknownProviderError
 
 
 def test_unknown_provider_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownProviderError, match="Unknown provider 'nope'.*llamacpp.*openai"):
+    with pytest.raises(UnknownProviderError, match=r"Unknown provider 'nope'.*llamacpp.*openai"):
         resolve("nope/model")
 
 

@@ -1,0 +1,463 @@
+"""Any OpenAI-compatible chat endpoint, through the official ``openai`` SDK.
+
+Providers are configuration, not classes: a ``Provider`` is a base URL and the environment variable that
+holds its key. One SDK client is built per backend (lazily, with the key read at the first call) and the
+SDK's own retries are off: we retry rate limits and transient failures here, with exponential backoff and
+jitter, and translate the SDK's errors into the minions tree at this boundary.
+
+    sync:  chat/_chat ──► _call ──┐
+    async: achat ──────► _acall ──┼──► _after_failure(exc, attempt): wait this long, or raise translated
+    stream ────────────► _call ───┘
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import os
+import random
+import re
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Literal, TypeVar, cast
+
+import httpx
+import openai
+
+from minions.cost import PriceTable, default_price_table
+from minions.errors import (
+    BackendConnectionError,
+    BackendError,
+    BackendTimeoutError,
+    ConfigError,
+    ContextLengthError,
+    MinionsError,
+    MissingAPIKeyError,
+    ModelNotFoundError,
+    RateLimitError,
+    UnknownProviderError,
+)
+from minions.tokens import count_tokens
+from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
+
+from .base import BaseBackend, Capabilities, MessagesLike
+
+__all__ = ["PROVIDERS", "OpenAIBackend", "Provider", "backoff_delay"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+JsonSchemaStyle = Literal["json_schema", "json_object"]
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    base_url: str | None
+    """None: the SDK's default (api.openai.com, or ``OPENAI_BASE_URL``)."""
+    key_env: str | None
+    """The variable that holds the key; None when the server needs none (a local server)."""
+    json_schema_style: JsonSchemaStyle = "json_schema"
+    """How the server takes a JSON schema: OpenAI's ``{"type": "json_schema", ...}``, or the older
+    ``{"type": "json_object", "schema": ...}`` that llama-cpp-python's server (among others) expects."""
+
+
+PROVIDERS: Mapping[str, Provider] = MappingProxyType(
+    {
+        p.name: p
+        for p in [
+            Provider("openai", None, "OPENAI_API_KEY"),
+            Provider("openrouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+            Provider("together", "https://api.together.xyz/v1", "TOGETHER_API_KEY"),
+            Provider("groq", "https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+            Provider("deepseek", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+            Provider("anthropic", "https://api.anthropic.com/v1/", "ANTHROPIC_API_KEY"),
+            Provider("gemini", "https://generativelanguage.googleapis.com/v1beta/openai/", "GEMINI_API_KEY"),
+            Provider("mistral", "https://api.mistral.ai/v1", "MISTRAL_API_KEY"),
+        ]
+    }
+)
+
+PLACEHOLDER_KEY = "not-needed"
+"""Sent to a custom server that needs no key: the SDK insists on one, local servers accept anything."""
+
+MAX_BACKOFF_S = 30.0
+MAX_RETRY_AFTER_S = 60.0
+"""A server's Retry-After is honoured up to this; a longer wait is the caller's decision, not ours."""
+
+_RETRY_STATUS = frozenset({408, 409, 429})
+_CONTEXT_WORDING = re.compile(
+    r"context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long|reduce the length",
+    re.IGNORECASE,
+)
+
+# Prefix -> context window in tokens; the longest matching prefix wins.
+_CONTEXT_WINDOWS: Mapping[str, int] = {"gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000}
+DEFAULT_CONTEXT_WINDOW = 128_000
+
+# OpenAI's reasoning models take max_completion_tokens and only their default temperature.
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+
+# Raised by the transport while a stream is read (the SDK wraps them only while it sends the request).
+try:  # openai>=2 sends through httpx2; a legacy httpx.Client passed in still raises httpx errors
+    import httpx2
+
+    _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
+    _TIMEOUTS: tuple[type[Exception], ...] = (openai.APITimeoutError, httpx.TimeoutException, httpx2.TimeoutException)
+except ImportError:  # pragma: no cover - depends on the installed SDK
+    _TRANSPORT_ERRORS = (httpx.TransportError,)
+    _TIMEOUTS = (openai.APITimeoutError, httpx.TimeoutException)
+_STREAM_ERRORS: tuple[type[Exception], ...] = (openai.OpenAIError, *_TRANSPORT_ERRORS)
+
+
+def backoff_delay(attempt: int, base_s: float, retry_after: float | None = None) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based).
+
+    The server's Retry-After wins when it gave one (capped at ``MAX_RETRY_AFTER_S``); otherwise the wait
+    doubles each attempt from ``base_s`` up to ``MAX_BACKOFF_S``, and a random factor in [0.5, 1] spreads
+    out clients that failed together.
+    """
+    if retry_after is not None and retry_after >= 0:
+        return min(retry_after, MAX_RETRY_AFTER_S)
+    return min(base_s * 2 ** (attempt - 1), MAX_BACKOFF_S) * random.uniform(0.5, 1.0)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The server's Retry-After (or retry-after-ms) header in seconds, if it sent one we can read."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    if (ms := headers.get("retry-after-ms")) is not None:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _is_transient(exc: Exception) -> bool:
+    """Worth another try: rate limits, timeouts, connection failures and server-side (5xx) errors."""
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
+    return False
+
+
+def _detail(exc: openai.APIStatusError) -> str:
+    """The server's own error message, on one line."""
+    body = exc.body
+    message: Any = exc.message
+    if isinstance(body, str) and body:
+        message = body
+    elif isinstance(body, Mapping):
+        message = body.get("message") or body.get("error") or body
+        if isinstance(message, Mapping):
+            message = message.get("message", message)
+    return " ".join(str(message).split())
+
+
+def context_window_for(model: str) -> int:
+    name = model.split("/")[-1].lower()
+    matches = [prefix for prefix in _CONTEXT_WINDOWS if name.startswith(prefix)]
+    return _CONTEXT_WINDOWS[max(matches, key=len)] if matches else DEFAULT_CONTEXT_WINDOW
+
+
+class OpenAIBackend(BaseBackend):
+    """A chat model behind an OpenAI-compatible API: OpenAI itself, a hosted provider, or a local server.
+
+    ``http_client`` (an ``httpx.Client``: a proxy, a test transport) carries the synchronous calls
+    (``chat``, ``batch``, ``stream``); ``achat`` uses the SDK's own async client.
+    """
+
+    max_concurrency = 8
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        provider: Provider | str = "openai",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        prices: PriceTable | None = None,
+        max_retries: int = 4,
+        backoff_s: float = 1.0,
+        timeout: float = 120.0,
+        context_window: int | None = None,
+        json_schema_style: JsonSchemaStyle | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        if isinstance(provider, str):
+            if provider not in PROVIDERS:
+                raise UnknownProviderError(
+                    f"Unknown provider {provider!r}: use one of {', '.join(sorted(PROVIDERS))}, "
+                    "or pass base_url= for any other OpenAI-compatible server."
+                )
+            provider = PROVIDERS[provider]
+        self.model = model
+        self.provider = provider
+        self.name = f"{provider.name}/{model}"
+        self.base_url = base_url or provider.base_url
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.timeout = timeout
+        self.json_schema_style: JsonSchemaStyle = json_schema_style or provider.json_schema_style
+        self.capabilities = Capabilities(
+            json_schema=True,
+            logprobs=True,
+            batching=False,
+            streaming=True,
+            local=False,  # even on 127.0.0.1 it plays the remote role
+            context_window=context_window or context_window_for(model),
+        )
+        self._api_key = api_key
+        self._custom_url = base_url is not None or self.provider.name not in PROVIDERS
+        self._prices = prices
+        self._http_client = http_client
+        self._lock = threading.Lock()
+        self._client: openai.OpenAI | None = None
+        # An async client's connections belong to the event loop that opened them: one client per loop.
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- clients -----------------------------------------------------------------------------------
+
+    def _key(self) -> str:
+        """The API key, read from the environment now rather than at construction."""
+        if self._api_key:
+            return self._api_key
+        env = self.provider.key_env
+        key = os.environ.get(env) if env else None
+        if key:
+            return key
+        if env is None or self._custom_url:
+            return PLACEHOLDER_KEY
+        raise MissingAPIKeyError(self.provider.name, env)
+
+    def _sync_client(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                self._client = openai.OpenAI(
+                    api_key=self._key(),
+                    base_url=self.base_url,
+                    max_retries=0,  # we retry ourselves, see _after_failure
+                    timeout=self.timeout,
+                    http_client=cast(Any, self._http_client),
+                )
+            return self._client
+
+    def _async_client(self) -> openai.AsyncOpenAI:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._aclients.get(loop)
+            if client is None:
+                client = openai.AsyncOpenAI(
+                    api_key=self._key(), base_url=self.base_url, max_retries=0, timeout=self.timeout
+                )
+                self._aclients[loop] = client
+            return client
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL requests go to, for messages."""
+        return self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+
+    # -- retries and error translation (shared by every call) ---------------------------------------
+
+    def _after_failure(self, exc: Exception, attempt: int) -> float:
+        """After failed attempt ``attempt``: the seconds to wait before the next, or raise our error."""
+        if self._falls_back_to_json_object(exc):
+            return 0.0
+        if attempt <= self.max_retries and _is_transient(exc):
+            delay = backoff_delay(attempt, self.backoff_s, _retry_after(exc))
+            log.info(
+                "%s: %s; retry %d of %d in %.2fs",
+                self.name,
+                type(exc).__name__,
+                attempt,
+                self.max_retries,
+                delay,
+            )
+            return delay
+        raise self._translate(exc, attempt) from exc
+
+    def _falls_back_to_json_object(self, exc: Exception) -> bool:
+        """Servers other than OpenAI's may reject ``{"type": "json_schema"}`` (llama-cpp-python's server answers
+        422) but take the older ``{"type": "json_object", "schema": ...}``: switch once, for a custom URL only."""
+        if not (self._custom_url and self.json_schema_style == "json_schema"):
+            return False
+        if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422, 500)):
+            return False
+        if "json_schema" not in _detail(exc) and "response_format" not in _detail(exc):
+            return False
+        log.info("%s rejected response_format json_schema; using json_object with a schema", self.endpoint)
+        self.json_schema_style = "json_object"
+        return True
+
+    def _call(self, request: Callable[[], T]) -> tuple[T, int]:
+        """Run ``request`` with retries; return its value and the number of attempts it took."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return request(), attempt
+            except openai.OpenAIError as exc:
+                time.sleep(self._after_failure(exc, attempt))
+
+    async def _acall(self, request: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await request(), attempt
+            except openai.OpenAIError as exc:
+                await asyncio.sleep(self._after_failure(exc, attempt))
+
+    def _translate(self, exc: Exception, attempts: int) -> MinionsError:
+        """Our error for an SDK (or transport) error; the message says what to do."""
+        ctx: dict[str, Any] = {"backend": self.name, "attempts": attempts}
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        if isinstance(exc, _TIMEOUTS):
+            return BackendTimeoutError(
+                f"{self.name} did not answer within {self.timeout:g}s{tries}: "
+                "retry later or raise the backend's timeout.",
+                **ctx,
+            )
+        if isinstance(exc, (openai.APIConnectionError, *_TRANSPORT_ERRORS)):
+            return BackendConnectionError(
+                f"Cannot reach {self.endpoint}{tries}: is the server running? Check the URL or start it.",
+                **ctx,
+            )
+        if isinstance(exc, openai.RateLimitError):
+            return RateLimitError(
+                f"{self.name} is still rate limited{tries}: {_detail(exc)}. "
+                "Wait, lower the concurrency or raise max_retries.",
+                raw=exc.body,
+                **ctx,
+            )
+        if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
+            where = f"the variable {self.provider.key_env}" if self.provider.key_env else "the api_key given"
+            return ConfigError(
+                f"{self.endpoint} rejected the API key for {self.provider.name!r} "
+                f"(HTTP {exc.status_code}: {_detail(exc)}): check {where}."
+            )
+        if isinstance(exc, openai.NotFoundError):
+            return ModelNotFoundError(
+                f"{self.endpoint} has no model {self.model!r} (HTTP 404: {_detail(exc)}): "
+                "check the model name, and the base URL."
+            )
+        if isinstance(exc, openai.APIStatusError):
+            detail = _detail(exc)
+            if exc.code == "context_length_exceeded" or (exc.status_code == 400 and _CONTEXT_WORDING.search(detail)):
+                return ContextLengthError(
+                    f"The prompt does not fit {self.name}'s context window ({detail}): "
+                    "send less text, or smaller chunks.",
+                    raw=exc.body,
+                    **ctx,
+                )
+            return BackendError(f"{self.name} answered HTTP {exc.status_code}{tries}: {detail}", raw=exc.body, **ctx)
+        return BackendError(f"{self.name} failed{tries}: {type(exc).__name__}: {exc}", **ctx)
+
+    # -- requests and results ----------------------------------------------------------------------
+
+    def _request(self, messages: list[Message], params: SamplingParams) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for one call."""
+        kwargs: dict[str, Any] = {"model": self.model, "messages": [m.to_dict() for m in messages]}
+        reasoning = self.provider.name == "openai" and self.model.lower().startswith(_REASONING_PREFIXES)
+        if reasoning:
+            kwargs["max_completion_tokens"] = params.max_tokens
+        else:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, max_tokens=params.max_tokens)
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.json_schema is not None:
+            schema = dict(params.json_schema)
+            if self.json_schema_style == "json_object":
+                kwargs["response_format"] = {"type": "json_object", "schema": schema}
+            else:
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": "reply", "schema": schema, "strict": True},
+                }
+        return kwargs
+
+    def _result(self, completion: Any, messages: list[Message], seconds: float, attempts: int) -> ChatResult:
+        if not completion.choices:
+            raise BackendError(f"{self.name} returned no choices", backend=self.name, attempts=attempts, raw=completion)
+        choice = completion.choices[0]
+        text = choice.message.content or ""
+        stats: dict[str, Any] = {"attempts": attempts}
+        u = completion.usage
+        if u is not None:
+            details = getattr(u, "prompt_tokens_details", None)
+            cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
+            prompt, completion_tokens = u.prompt_tokens or 0, u.completion_tokens or 0
+        else:
+            prompt = sum(count_tokens(m.content, self.model) for m in messages)
+            completion_tokens, cached = count_tokens(text, self.model), 0
+            stats["usage_estimated"] = True
+        usage = Usage(prompt, completion_tokens, cached, calls=1, seconds=seconds)
+        usage = replace(usage, cost_usd=(self._prices or default_price_table()).cost(self.model, usage))
+        return ChatResult(
+            text=text,
+            usage=usage,
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            timings=Timings(total_s=seconds),
+            model=self.name,
+            stats=stats,
+        )
+
+    # -- the three calls ---------------------------------------------------------------------------
+
+    def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
+        start = time.perf_counter()
+        completion, attempts = self._call(
+            lambda: self._sync_client().chat.completions.create(**self._request(messages, params))
+        )
+        return self._result(completion, messages, time.perf_counter() - start, attempts)
+
+    async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
+        msgs, p = as_messages(messages), params or SamplingParams()
+        start = time.perf_counter()
+        completion, attempts = await self._acall(
+            lambda: self._async_client().chat.completions.create(**self._request(msgs, p))
+        )
+        return self._result(completion, msgs, time.perf_counter() - start, attempts)
+
+    def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]:
+        """Yield the reply's text as it arrives. Opening the stream is retried; a broken stream is not."""
+        msgs, p = as_messages(messages), params or SamplingParams()
+        chunks, attempts = self._call(
+            lambda: self._sync_client().chat.completions.create(**self._request(msgs, p), stream=True)
+        )
+        try:
+            with chunks:
+                for chunk in chunks:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        yield chunk.choices[0].delta.content
+        except _STREAM_ERRORS as exc:
+            raise self._translate(exc, attempts) from exc
+
+    def count_tokens(self, text: str) -> int:
+        return count_tokens(text, self.model)

@@ -1,0 +1,67 @@
+"""The embedded backend against the real llama.cpp and the shipped SmolLM2 model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minions.backends.llamacpp import LlamaCppBackend
+from minions.backends.quantize import default_local_model
+from minions.errors import ContextLengthError, ModelNotFoundError
+from minions.types import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+    "required": ["city", "population"],
+}
+
+
+@pytest.fixture(scope="module")
+def backend() -> LlamaCppBackend:
+    return LlamaCppBackend(n_ctx=2048)
+
+
+def test_chat_returns_text_and_counts_local_usage(backend: LlamaCppBackend) -> None:
+    result = backend.chat("Name one planet of the solar system.", SamplingParams(max_tokens=12))
+    assert result.ok and result.text.strip()
+    assert result.usage.prompt_tokens > 5
+    assert 0 < result.usage.completion_tokens <= 12
+    assert result.usage.cost_usd == 0.0 and result.usage.seconds > 0
+    assert backend.capabilities.local and backend.capabilities.json_schema
+
+
+def test_greedy_decoding_is_deterministic(backend: LlamaCppBackend) -> None:
+    params = SamplingParams(max_tokens=16)
+    assert backend.chat("Say something about rivers.", params).text == backend.chat(
+        "Say something about rivers.", params
+    ).text
+
+
+def test_json_schema_constrains_the_reply(backend: LlamaCppBackend) -> None:
+    result = backend.chat("Describe a large city as JSON.", SamplingParams(max_tokens=48, json_schema=SCHEMA))
+    data = json.loads(result.text)
+    assert isinstance(data["city"], str) and isinstance(data["population"], int)
+
+
+def test_a_prompt_longer_than_the_context_is_a_clear_error() -> None:
+    small = LlamaCppBackend(n_ctx=256)
+    with pytest.raises(ContextLengthError, match="smaller chunks"):
+        small.chat("word " * 600, SamplingParams(max_tokens=8))
+
+
+def test_the_converted_model_is_cached_and_reused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MINIONS_CACHE_DIR", str(tmp_path))
+    first = default_local_model("Q4_0")
+    mtime = first.stat().st_mtime_ns
+    assert first.parent == tmp_path / "models" and first.read_bytes()[:4] == b"GGUF"
+    assert default_local_model("auto") == first and first.stat().st_mtime_ns == mtime
+    assert default_local_model(None).name.endswith("Q4_1.gguf")  # as shipped, not converted
+
+
+def test_a_missing_model_file_names_the_path(tmp_path) -> None:
+    with pytest.raises(ModelNotFoundError, match=r"missing\.gguf"):
+        LlamaCppBackend(tmp_path / "missing.gguf")

@@ -1,0 +1,193 @@
+"""OllamaBackend against Ollama's documented HTTP API (/api/chat), served by an httpx.MockTransport.
+
+One test talks to a real Ollama server; it is marked ``live`` (set OLLAMA_HOST and OLLAMA_TEST_MODEL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from minions.backends.ollama import OllamaBackend
+from minions.errors import BackendConnectionError, BackendError, ModelNotFoundError
+from minions.types import ChatRequest, Message, SamplingParams
+
+HOST = "http://ollama.test:11434"
+
+# A non-streaming /api/chat reply, as the Ollama API documentation shows it (durations in nanoseconds).
+CHAT_REPLY: dict[str, Any] = {
+    "model": "llama3.2",
+    "created_at": "2025-01-01T00:00:00Z",
+    "message": {"role": "assistant", "content": "Paris."},
+    "done": True,
+    "done_reason": "stop",
+    "total_duration": 5_000_000_000,
+    "load_duration": 1_000_000_000,
+    "prompt_eval_count": 26,
+    "prompt_eval_duration": 1_500_000_000,
+    "eval_count": 3,
+    "eval_duration": 2_000_000_000,
+}
+
+
+def make_backend(handler: Callable[[httpx.Request], httpx.Response], **kwargs: Any) -> OllamaBackend:
+    return OllamaBackend("llama3.2", host=HOST, transport=httpx.MockTransport(handler), **kwargs)
+
+
+class Recorder:
+    """A handler that answers every request with ``response`` and keeps the requests it saw."""
+
+    def __init__(self, status: int = 200, body: Any = None) -> None:
+        self.status, self.body = status, CHAT_REPLY if body is None else body
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return httpx.Response(self.status, json=self.body)
+
+    @property
+    def sent(self) -> dict[str, Any]:
+        return json.loads(self.requests[-1].content)
+
+
+def test_chat_sends_model_messages_and_options() -> None:
+    server = Recorder()
+    backend = make_backend(server, context_window=4096)
+    params = SamplingParams(temperature=0.2, top_p=0.9, max_tokens=64, stop=("\n\n",), seed=7)
+    backend.chat([Message("system", "Be brief."), Message("user", "Capital of France?")], params)
+
+    request = server.requests[-1]
+    assert request.method == "POST"
+    assert request.url == f"{HOST}/api/chat"
+    sent = server.sent
+    assert sent["model"] == "llama3.2"
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Capital of France?"},
+    ]
+    assert sent["stream"] is False
+    assert sent["options"] == {
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "num_predict": 64,
+        "num_ctx": 4096,
+        "stop": ["\n\n"],
+        "seed": 7,
+    }
+    assert "format" not in sent
+
+
+def test_chat_parses_text_usage_and_timings() -> None:
+    result = make_backend(Recorder()).chat("Capital of France?")
+    assert result.ok
+    assert result.text == "Paris."
+    assert result.finish_reason == "stop"
+    assert result.model == "ollama/llama3.2"
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.calls) == (26, 3, 1)
+    assert result.usage.cost_usd == 0.0
+    assert result.usage.seconds == pytest.approx(5.0)
+    assert result.timings.total_s == pytest.approx(5.0)
+    assert result.timings.prefill_s == pytest.approx(1.5)
+    assert result.timings.decode_s == pytest.approx(2.0)
+    assert "usage_estimated" not in result.stats
+
+
+def test_defaults_omit_stop_and_seed() -> None:
+    server = Recorder()
+    make_backend(server).chat("hi")
+    options = server.sent["options"]
+    assert "stop" not in options and "seed" not in options
+    assert options["temperature"] == 0.0 and options["num_ctx"] == 8192
+
+
+def test_json_schema_becomes_format() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    server = Recorder(body={**CHAT_REPLY, "message": {"role": "assistant", "content": '{"city": "Paris"}'}})
+    result = make_backend(server).chat("Capital of France?", SamplingParams(json_schema=schema))
+    assert server.sent["format"] == schema
+    assert json.loads(result.text) == {"city": "Paris"}
+
+
+def test_length_finish_reason() -> None:
+    server = Recorder(body={**CHAT_REPLY, "done_reason": "length"})
+    assert make_backend(server).chat("hi").finish_reason == "length"
+
+
+def test_missing_counts_are_estimated() -> None:
+    body = {k: v for k, v in CHAT_REPLY.items() if k not in ("prompt_eval_count", "eval_count")}
+    result = make_backend(Recorder(body=body)).chat("Capital of France?")
+    assert result.stats["usage_estimated"] is True
+    assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
+
+
+def test_unknown_model_says_to_pull_it() -> None:
+    server = Recorder(404, {"error": "model 'llama3.2' not found"})
+    with pytest.raises(ModelNotFoundError, match=r"ollama pull llama3\.2"):
+        make_backend(server).chat("hi")
+
+
+def test_server_error_is_a_backend_error() -> None:
+    server = Recorder(500, {"error": "llama runner process has terminated"})
+    with pytest.raises(BackendError, match="terminated") as info:
+        make_backend(server).chat("hi")
+    assert info.value.backend == "ollama/llama3.2"
+
+
+def test_connection_refused_says_how_to_start_ollama() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    with pytest.raises(BackendConnectionError, match=r"ollama serve.*OLLAMA_HOST") as info:
+        make_backend(refuse).chat("hi")
+    assert HOST in str(info.value)
+
+
+def test_batch_keeps_failures_as_results() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    results = make_backend(refuse).batch([ChatRequest([Message("user", "hi")])])
+    assert results[0].finish_reason == "error" and "BackendConnectionError" in (results[0].error or "")
+
+
+def test_stream_yields_pieces() -> None:
+    parts = [
+        {"model": "llama3.2", "message": {"role": "assistant", "content": piece}, "done": False}
+        for piece in ("Pa", "ris", ".")
+    ] + [{**CHAT_REPLY, "message": {"role": "assistant", "content": ""}}]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content)["stream"] is True
+        return httpx.Response(200, content="\n".join(json.dumps(p) for p in parts).encode())
+
+    assert list(make_backend(handler).stream("Capital of France?")) == ["Pa", "ris", "."]
+
+
+def test_stream_translates_errors() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(BackendConnectionError):
+        list(make_backend(refuse).stream("hi"))
+
+
+def test_host_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", "http://elsewhere:1234")
+    backend = OllamaBackend("m")
+    assert backend.host == "http://elsewhere:1234"
+    assert backend.capabilities.local and backend.capabilities.json_schema
+
+
+@pytest.mark.live
+def test_real_ollama_server() -> None:
+    """Needs `ollama serve` and a pulled model: OLLAMA_TEST_MODEL (default smollm2:135m)."""
+    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    result = backend.chat("Say hello.", SamplingParams(max_tokens=16))
+    assert result.text.strip()
+    assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
+    assert result.timings.total_s > 0

