@@ -3,6 +3,8 @@
     minions ask FILE... "question"      answer a question about local documents
     minions models                      what is configured and available
     minions bench cost|engine|speculative
+    minions app [--port P]              the chat app over your documents, in the browser
+    minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
 
 The CLI is the top of the import graph: it imports backends and protocols lazily, inside the commands.
 Errors of ours print one line and exit with status 2 (``--debug`` shows the traceback).
@@ -76,6 +78,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         _print_result(result, local_name=local.name, remote_name=remote.name if remote else None)
+    if result.error:
+        # What the run had is printed above; the failure itself is the one-line error.
+        raise MinionsError(result.error)
     return 0
 
 
@@ -109,6 +114,34 @@ def cmd_bench_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_engine(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from minions.backends.engine_bench import BenchConfig, engine_bench
+
+    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline")}
+    config = replace(BenchConfig(), **{k: v for k, v in changes.items() if v is not None})
+    print(json.dumps(engine_bench(args.data, config)))
+    return 0
+
+
+def _add_bench_engine_parser(kinds: Any, data_default: str | None) -> None:
+    from minions.backends.engine_bench import BenchConfig
+
+    d = BenchConfig()
+    engine = kinds.add_parser(
+        "engine", help="local jobs one at a time vs batched (shared prefixes, constrained JSON), same model"
+    )
+    engine.add_argument("--data", default=data_default, help="FinanceBench checkout or its pdfs/ folder")
+    engine.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
+    engine.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
+    engine.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
+    engine.add_argument("--max-seqs", type=int, help=f"jobs decoded together (default {d.max_seqs})")
+    engine.add_argument("--order", choices=("chunk-first", "instruction-first"), help=f"default {d.order}")
+    engine.add_argument("--baseline", choices=("highlevel", "engine"), help=f"default {d.baseline}")
+    engine.set_defaults(func=cmd_bench_engine)
+
+
 def _add_bench_parser(sub: Any) -> None:
     from minions.paths import shared_data_dir
 
@@ -123,6 +156,7 @@ def _add_bench_parser(sub: Any) -> None:
     cost.add_argument("--items", type=int, default=3)
     _add_model_options(cost)
     cost.set_defaults(func=cmd_bench_cost)
+    _add_bench_engine_parser(kinds, shared_data_dir("financebench"))
 
 
 # -- plumbing --------------------------------------------------------------------------------------------
@@ -150,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(func=cmd_models)
 
     _add_bench_parser(sub)
+
+    from minions.apps.cli import add_app_parsers
+
+    add_app_parsers(sub, _add_model_options)
+
+    from minions.evals.cli import add_eval_parser
+
+    add_eval_parser(sub, _add_model_options, _resolve_models)
     return parser
 
 

@@ -1,1 +1,50 @@
-"""protocols"""
+"""Protocols: how a local and a remote model share the work on long documents.
+
+    from minions.protocols import Minions
+    result = Minions(local="llamacpp/default", remote="openai/gpt-4o-mini").run(task, ["10k.pdf"])
+
+Every protocol has the same ``run(task, documents) -> RunResult``; every remote call goes through one
+``RemoteChannel`` that redacts, records egress, meters usage and enforces the budget.
+"""
+
+from .base import BaseProtocol
+from .baselines import RAG, LocalOnly, RemoteOnly
+from .channel import Meter, RemoteChannel
+from .factory import PROTOCOLS, get_protocol
+from .minion import Minion
+from .minions_protocol import Minions
+from .options import Budget, InputError, RunOptions
+from .redact import Redactor
+from .result import Citation, EgressLog, EgressRecord, JobRecord, RoundRecord, RunResult
+from .retrieval import BM25
+from .schemas import Answer, Decision, JobOutput, JobSpec, MinionTurn, Plan
+
+__all__ = [
+    "BM25",
+    "PROTOCOLS",
+    "RAG",
+    "Answer",
+    "BaseProtocol",
+    "Budget",
+    "Citation",
+    "Decision",
+    "EgressLog",
+    "EgressRecord",
+    "InputError",
+    "JobOutput",
+    "JobRecord",
+    "JobSpec",
+    "LocalOnly",
+    "Meter",
+    "Minion",
+    "MinionTurn",
+    "Minions",
+    "Plan",
+    "Redactor",
+    "RemoteChannel",
+    "RemoteOnly",
+    "RoundRecord",
+    "RunOptions",
+    "RunResult",
+    "get_protocol",
+]

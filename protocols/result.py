@@ -147,6 +147,8 @@ class RunResult:
     egress: tuple[EgressRecord, ...] = ()
     complete: bool = True
     """False when the run stopped early (budget, cancellation, a dead backend); ``notes`` says why."""
+    error: str | None = None
+    """Set when a backend failure (not a budget or a cancellation) stopped the run."""
     notes: tuple[str, ...] = ()
     round_log: tuple[RoundRecord, ...] = ()
 
@@ -169,6 +171,7 @@ class RunResult:
             "answer": self.answer,
             "protocol": self.protocol,
             "complete": self.complete,
+            "error": self.error,
             "notes": list(self.notes),
             "citations": [c.to_dict() for c in self.citations],
             "rounds": self.rounds,

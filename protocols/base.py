@@ -1,0 +1,134 @@
+"""What every protocol shares: resolving backends, checking inputs, the run context, and turning a run that
+stops early (budget, cancellation, a failing model) into a partial ``RunResult`` that says why."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from minions.backends.base import Backend
+from minions.backends.registry import resolve
+from minions.chunking import Chunk
+from minions.documents import Document
+from minions.errors import BackendError, BudgetExceededError
+from minions.events import CancelToken, EventSink, FinalAnswer, emit
+
+from .aggregate import locate, verify_citation
+from .channel import Meter, RemoteChannel
+from .context import RunCancelled, RunContext, remote_only_estimate
+from .inputs import DocumentsLike, as_documents, check_task
+from .options import RunOptions
+from .redact import Redactor
+from .result import Citation, EgressLog, RunResult
+
+__all__ = ["BaseProtocol", "describe_documents", "fit_to_tokens", "to_json", "verified_citations"]
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED = 30
+"""Longest list (of section titles, pages, ...) a document description shows the remote model."""
+
+
+class BaseProtocol:
+    """``Protocol(local, remote, **options).run(task, documents) -> RunResult``.
+
+    ``local`` and ``remote`` are backends or ``"provider/model"`` strings; with no remote, the local model
+    plays both parts (and nothing leaves the device). ``options`` are the fields of ``RunOptions``.
+    """
+
+    name: ClassVar[str] = "base"
+
+    def __init__(
+        self,
+        local: Backend | str,
+        remote: Backend | str | None = None,
+        *,
+        events: EventSink | None = None,
+        cancel: CancelToken | None = None,
+        **options: Any,
+    ) -> None:
+        self.options = RunOptions.from_kwargs(options)
+        self.local = resolve(local)
+        self.remote = resolve(remote) if remote is not None else self.local
+        self.events = events
+        self.cancel = cancel
+
+    def run(
+        self, task: str, documents: DocumentsLike, *, events: EventSink | None = None, cancel: CancelToken | None = None
+    ) -> RunResult:
+        task = check_task(task)
+        docs = as_documents(documents)
+        ctx = self._context(task, docs, events or self.events, cancel or self.cancel)
+        estimate = remote_only_estimate(task, docs, self.remote, self.options)
+        try:
+            with ctx.timed("total"):
+                self._run(ctx)
+        except (BudgetExceededError, RunCancelled) as exc:
+            ctx.stop(str(exc))
+        except BackendError as exc:  # a model that fails or will not validate: keep what the run has
+            ctx.error = str(exc)
+            ctx.stop(f"{type(exc).__name__}: {exc}")
+        emit(ctx.events, FinalAnswer(ctx.best_answer, {"complete": ctx.complete, "protocol": self.name}))
+        return ctx.result(estimate)
+
+    def _context(
+        self, task: str, docs: list[Document], events: EventSink | None, cancel: CancelToken | None
+    ) -> RunContext:
+        meter, egress, o = Meter(), EgressLog(), self.options
+        channel = RemoteChannel(
+            self.remote,
+            meter=meter,
+            egress=egress,
+            prices=o.price_table,
+            budget=o.budget,
+            redactor=Redactor() if o.redact else None,
+            max_retries=o.max_retries,
+            max_tokens=o.remote_max_tokens,
+        )
+        return RunContext(self.name, task, docs, o, self.local, channel, meter, egress, events, cancel)
+
+    def _run(self, ctx: RunContext) -> None:
+        raise NotImplementedError
+
+
+def _brief(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _brief(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_brief(v) for v in value[:MAX_LISTED]]
+        return items + ([f"... {len(value) - MAX_LISTED} more"] if len(value) > MAX_LISTED else [])
+    return value
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def describe_documents(docs: Sequence[Document]) -> str:
+    """What the remote model may know about the documents: names, sizes, pages, section titles; never text."""
+    return "\n".join(to_json(_brief(d.describe())) for d in docs)
+
+
+def fit_to_tokens(text: str, backend: Backend, limit: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``limit`` tokens of ``backend`` (and whether it was cut)."""
+    n = backend.count_tokens(text)
+    if n <= limit:
+        return text, False
+    while n > limit and text:
+        text = text[: int(len(text) * limit / n * 0.97)]
+        n = backend.count_tokens(text)
+    return text, True
+
+
+def verified_citations(quotes: Sequence[str], docs: Sequence[Document]) -> list[Citation]:
+    """Citations for the quotes found (near-)verbatim in a document; the others are dropped."""
+    out = []
+    for quote in quotes:
+        for d in docs:
+            if verify_citation(quote, d.text):
+                whole = Chunk(d.name, 0, d.text, 0, len(d.text), tuple(p.number for p in d.pages))
+                out.append(locate(quote, whole, d))
+                break
+    return out

@@ -1,0 +1,106 @@
+"""The state of one run: what every step reads and writes, and how it becomes a ``RunResult``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from minions.backends.base import Backend
+from minions.documents import Document
+from minions.errors import MinionsError
+from minions.events import CancelToken, EventSink, Notice, emit
+from minions.tokens import count_tokens
+from minions.types import Usage
+
+from .channel import Meter, RemoteChannel
+from .options import RunOptions
+from .result import Citation, EgressLog, JobRecord, RoundRecord, RunResult
+
+__all__ = ["RunCancelled", "RunContext", "remote_only_estimate"]
+
+log = logging.getLogger(__name__)
+
+
+class RunCancelled(MinionsError):
+    """Raised inside a run when its ``CancelToken`` is set; the run returns what it has."""
+
+
+@dataclass
+class RunContext:
+    protocol: str
+    task: str
+    documents: list[Document]
+    options: RunOptions
+    local: Backend
+    remote: RemoteChannel
+    meter: Meter
+    egress: EgressLog
+    events: EventSink | None = None
+    cancel: CancelToken | None = None
+    jobs: list[JobRecord] = field(default_factory=list)
+    citations: list[Citation] = field(default_factory=list)
+    round_log: list[RoundRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    rounds: int = 0
+    best_answer: str = ""
+    complete: bool = True
+    error: str | None = None
+
+    @property
+    def next_job_id(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.cancelled
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise RunCancelled("Cancelled: the run stopped before all local jobs ran; finished jobs are kept.")
+
+    def notice(self, message: str, level: str = "warning") -> None:
+        log.log(logging.WARNING if level == "warning" else logging.INFO, "%s: %s", self.protocol, message)
+        emit(self.events, Notice(message, level))
+
+    def stop(self, reason: str) -> None:
+        """End the run early: keep what it has, say why."""
+        self.complete = False
+        self.notes.append(reason)
+        self.notice(reason)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = f"{name}_s"
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - start
+
+    def result(self, estimate: Usage | None) -> RunResult:
+        return RunResult(
+            answer=self.best_answer,
+            protocol=self.protocol,
+            citations=tuple(self.citations),
+            rounds=self.rounds,
+            jobs=tuple(self.jobs),
+            usage=self.meter.snapshot(),
+            remote_only_estimate=estimate,
+            timings=dict(self.timings),
+            egress=self.egress.records,
+            complete=self.complete,
+            error=self.error,
+            notes=tuple(self.notes),
+            round_log=tuple(self.round_log),
+        )
+
+
+def remote_only_estimate(task: str, documents: list[Document], remote: Backend, options: RunOptions) -> Usage:
+    """What one call with the whole documents and the task would cost the remote model (counted, not sent)."""
+    text = "\n\n".join([task, *(d.text for d in documents)])
+    usage = Usage(prompt_tokens=count_tokens(text, remote.name), calls=1)
+    return Usage(usage.prompt_tokens, calls=1, cost_usd=options.price_table.cost(remote.name, usage))

@@ -1,0 +1,97 @@
+"""Run options and their defaults, in one place (the CLI and the app read them from here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, get_args
+
+from minions.chunking import ChunkBy
+from minions.cost import PriceTable, default_price_table
+from minions.errors import ConfigError
+
+__all__ = ["Budget", "InputError", "RunOptions"]
+
+
+class InputError(ConfigError, ValueError):
+    """The arguments of a run cannot work (empty task, no documents, a zero budget); nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The most a run may spend on the remote model. ``None`` means no limit."""
+
+    max_remote_tokens: int | None = None
+    max_remote_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_remote_tokens", "max_remote_usd"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise InputError(
+                    f"Budget {name}={value} allows no remote call: give a positive limit or None for no limit."
+                )
+
+    def exceeded(self, tokens: int, usd: float) -> str | None:
+        """Why ``tokens``/``usd`` spent would break the budget, or None when they fit."""
+        if self.max_remote_tokens is not None and tokens > self.max_remote_tokens:
+            return f"remote token budget of {self.max_remote_tokens} reached ({tokens} needed)"
+        if self.max_remote_usd is not None and usd > self.max_remote_usd:
+            return f"remote budget of ${self.max_remote_usd:.4f} reached (${usd:.4f} needed)"
+        return None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every knob of a protocol run, with its default."""
+
+    max_rounds: int = 3
+    """Minions/Minion: rounds of plan-dispatch-decide (or of questions to the local model)."""
+    max_jobs_per_round: int = 64
+    """Past this many local jobs, a scope falls back to BM25 retrieval of its best chunks."""
+    chunk_size: int = 2000
+    """Characters per chunk unless the plan asks otherwise."""
+    chunk_by: ChunkBy = "chars"
+    """How documents are cut; a plan's chunk size (in characters) applies when this is "chars"."""
+    overlap: int = 0
+    top_k: int = 5
+    """RAG: chunks sent to the remote model; Minions: chunks per retrieval-scoped job."""
+    batch_size: int = 8
+    """Local jobs per batch call; cancellation is checked between batches."""
+    max_retries: int = 2
+    """Times a reply that fails validation goes back to the model with the error."""
+    job_max_tokens: int = 200
+    remote_max_tokens: int = 1024
+    fallback_plan: bool = False
+    """Minions: when the planner's reply never validates, run the task itself as one retrieval-scoped job
+    (with a notice) instead of stopping. For weak stand-in remotes (the cost bench)."""
+    budget: Budget | None = None
+    redact: bool = False
+    """Redact emails, phone numbers, identifiers and person names from everything sent off the device."""
+    price_table: PriceTable = field(default_factory=default_price_table)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_rounds",
+            "max_jobs_per_round",
+            "chunk_size",
+            "top_k",
+            "batch_size",
+            "job_max_tokens",
+            "remote_max_tokens",
+        ):
+            if getattr(self, name) < 1:
+                raise InputError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.chunk_by not in get_args(ChunkBy):
+            raise InputError(f"chunk_by must be one of {', '.join(get_args(ChunkBy))}, got {self.chunk_by!r}.")
+        if not 0 <= self.overlap < self.chunk_size:
+            raise InputError(f"overlap must be at least 0 and below chunk_size, got {self.overlap}.")
+        if self.max_retries < 0:
+            raise InputError(f"max_retries must be 0 or more, got {self.max_retries}.")
+
+    @classmethod
+    def from_kwargs(cls, options: dict[str, Any]) -> RunOptions:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise InputError(f"Unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}.")
+        return cls(**options)

@@ -1,0 +1,97 @@
+"""Rule-based redaction of personal data from text that leaves the device.
+
+Emails, phone numbers, identifiers (SSN-like, IBAN-like, account and ID numbers, card numbers) and person
+names (a title word followed by capitalized words: "Dr. Jane Smith", "Mr. X") become placeholders such as
+``[EMAIL_1]``. The same value always gets the same placeholder within a run, so the remote model can still
+refer to it, and ``restore`` puts the originals back into what comes home.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+__all__ = ["Redactor"]
+
+_TITLES = r"(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof|Sir|Dame|Madam|Mister|Doctor|Professor)"
+_CAP = r"[A-Z][a-zA-Z'\-]*"
+
+# Order matters: the most specific patterns run first so that, e.g., an IBAN is not read as a phone number.
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("EMAIL", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    ("IBAN", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b")),
+    ("SSN", re.compile(r"\b\d{3}-\d{2}-\d{4}\b")),
+    ("CARD", re.compile(r"\b(?:\d{4}[ -]){3}\d{1,7}\b")),
+    (
+        "ID",
+        re.compile(
+            r"(?i)\b(?:account|acct|a/c|id|customer|member|policy|patient|passport|licen[cs]e|routing|mrn)"
+            r"(?:\s+(?:number|no\.?|num|#))?\s*[:#]?\s*([A-Z0-9][A-Z0-9-]{4,}\d[A-Z0-9-]*)"
+        ),
+    ),
+    (
+        "PHONE",
+        re.compile(
+            r"(?<![\w.])(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,4}\)\s?|\d{3}[\s.-])\d{3}[\s.-]\d{4}\b"
+            r"|(?<![\w.])\+\d{1,3}(?:[\s.-]\d{2,4}){2,4}\b"
+        ),
+    ),
+    ("ID", re.compile(r"\b\d{9,}\b")),
+    ("NAME", re.compile(rf"\b{_TITLES}\.?\s+((?:{_CAP})(?:\s+{_CAP}){{0,2}})")),
+)
+
+
+class Redactor:
+    def __init__(self) -> None:
+        self._by_value: dict[tuple[str, str], str] = {}
+        self._by_placeholder: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _placeholder(self, kind: str, value: str) -> str:
+        key = (kind, value)
+        if key not in self._by_value:
+            self._counts[kind] = self._counts.get(kind, 0) + 1
+            token = f"[{kind}_{self._counts[kind]}]"
+            self._by_value[key] = token
+            self._by_placeholder[token] = value
+        return self._by_value[key]
+
+    def _apply(self, kind: str, pattern: re.Pattern[str], text: str) -> str:
+        def replace(m: re.Match[str]) -> str:
+            # Rules with a group redact the group only (keep "Account number:" and the title word).
+            start, end = m.span(1) if m.re.groups else m.span(0)
+            value = m.string[start:end]
+            if kind == "NAME":
+                self._names.add(value)
+            token = self._placeholder(kind, value)
+            return m.string[m.start() : start] + token + m.string[end : m.end()]
+
+        return pattern.sub(replace, text)
+
+    def _known_names(self, text: str) -> str:
+        """Names met once with a title are redacted wherever they appear again, also without it."""
+        for name in sorted(self._names, key=len, reverse=True):
+            token = self._by_value[("NAME", name)]
+            text = re.sub(rf"\b{re.escape(name)}\b", token, text)
+            parts = name.split()
+            if len(parts) > 1 and len(parts[-1]) > 2:
+                text = re.sub(rf"\b{re.escape(parts[-1])}\b", token, text)
+        return text
+
+    def redact(self, text: str) -> str:
+        with self._lock:
+            for kind, pattern in _RULES:
+                text = self._apply(kind, pattern, text)
+            return self._known_names(text)
+
+    def restore(self, text: str) -> str:
+        """Put the original values back in place of the placeholders (for what comes home)."""
+        with self._lock:
+            mapping = dict(self._by_placeholder)
+        return re.sub(r"\[[A-Z]+_\d+\]", lambda m: mapping.get(m.group(0), m.group(0)), text)
+
+    @property
+    def count(self) -> int:
+        return len(self._by_placeholder)

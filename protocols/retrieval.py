@@ -1,0 +1,76 @@
+"""BM25 ranking of chunks: the one implementation behind the RAG baseline and the Minions fallback."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+__all__ = ["BM25", "tokenize"]
+
+_STOP = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "which",
+        "who",
+        "with",
+    }
+)
+
+
+def tokenize(text: str) -> list[str]:
+    return [t for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
+
+
+class BM25:
+    """Okapi BM25 over ``texts``. ``top(query, k)`` returns the indices of the ``k`` best, best first."""
+
+    def __init__(self, texts: Sequence[str], *, k1: float = 1.5, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.docs = [Counter(tokenize(t)) for t in texts]
+        self.lengths = [sum(d.values()) for d in self.docs]
+        self.avg_length = (sum(self.lengths) / len(self.docs)) if self.docs else 0.0
+        df = Counter(term for d in self.docs for term in d)
+        n = len(self.docs)
+        # idf with +1 inside the log so that a term in every document still scores a little, never negative
+        self.idf = {term: math.log(1 + (n - f + 0.5) / (f + 0.5)) for term, f in df.items()}
+
+    def score(self, query: str, i: int) -> float:
+        doc, length = self.docs[i], self.lengths[i]
+        norm = self.k1 * (1 - self.b + self.b * length / (self.avg_length or 1))
+        return sum(self.idf[t] * doc[t] * (self.k1 + 1) / (doc[t] + norm) for t in tokenize(query) if t in doc)
+
+    def top(self, query: str, k: int) -> list[int]:
+        scores = [self.score(query, i) for i in range(len(self.docs))]
+        # ties keep document order, so an uninformative query takes the first chunks
+        return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k]
