@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 QUESTION ?= What was Northwind's total revenue in 2025, and how did it change from 2024?
 
-.PHONY: setup demo test lint typecheck clean-venv
+.PHONY: setup demo test lint typecheck browser clean-venv
 
 setup: $(VENV)/.installed
 
@@ -27,7 +27,10 @@ lint: setup
 typecheck: setup
 	scripts/typecheck $(BIN)/mypy
 
-test: lint typecheck
+browser:
+	scripts/install-browser
+
+test: lint typecheck browser
 	$(BIN)/pytest -q -m "not live and not gpu"
 
 clean-venv:

@@ -1,0 +1,78 @@
+"""``minions app`` (the chat app) and ``minions serve`` (the OpenAI-compatible API), for ``minions.cli``.
+
+    minions app   [--port 8765] [--host 127.0.0.1] [--token T] [--data-dir DIR] [--local M] [--remote M]
+    minions serve [--port 8000] ...
+
+Both bind 127.0.0.1 unless told otherwise; any other address needs a token (--token or $MINIONS_APP_TOKEN).
+FastAPI and uvicorn load only when a command runs, so the rest of the CLI starts fast without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from minions.errors import ConfigError
+
+from .config import APP_PORT, DEFAULT_HOST, SERVE_PORT, TOKEN_ENV, AppConfig
+
+__all__ = ["add_app_parsers", "cmd_app", "cmd_serve"]
+
+log = logging.getLogger(__name__)
+
+
+def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add ``app`` and ``serve`` to the ``minions`` subcommands; ``add_model_options`` adds --local/--remote."""
+    app = sub.add_parser("app", help="the chat app over your documents, in the browser")
+    _add_server_options(app, APP_PORT)
+    add_model_options(app)
+    app.set_defaults(func=cmd_app)
+
+    serve = sub.add_parser("serve", help="an OpenAI-compatible API: the model name picks the protocol")
+    _add_server_options(serve, SERVE_PORT)
+    add_model_options(serve)
+    serve.set_defaults(func=cmd_serve)
+
+
+def _add_server_options(p: argparse.ArgumentParser, port: int) -> None:
+    p.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}; any other needs a token)"
+    )
+    p.add_argument("--port", type=int, default=port, help=f"port (default {port})")
+    p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
+    p.add_argument(
+        "--data-dir", type=Path, help="library and conversations (default: $MINIONS_APP_DIR or ~/.local/share/minions)"
+    )
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    return _serve(args, ui=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _serve(args, ui=False)
+
+
+def _serve(args: argparse.Namespace, *, ui: bool) -> int:
+    try:
+        import uvicorn
+
+        from .web import create_app
+    except ImportError as exc:
+        raise ConfigError(
+            f"The app needs fastapi, uvicorn and python-multipart ({exc}): pip install fastapi uvicorn python-multipart"
+        ) from exc
+    config = AppConfig.from_env(host=args.host, port=args.port, token=args.token, data_dir=args.data_dir, ui=ui)
+    # Models load on the first question (a local one takes seconds), not here.
+    app = create_app(config, local=args.local, remote=args.remote)
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    what = "minions app" if ui else "minions OpenAI-compatible API"
+    print(f"{what} on http://{shown}:{config.port}/{'' if ui else 'v1'}  (data: {config.root}; Ctrl-C stops)")
+    if config.token:
+        how = "open /?token=<token> once in the browser" if ui else "send it as the API key"
+        print(f"A token is required: {how}.")
+    uvicorn.run(app, host=config.host, port=config.port, log_level="debug" if args.debug else "warning")
+    return 0

@@ -1,0 +1,291 @@
+"""The document library: uploads and local folders become documents the app can ask about.
+
+Nothing the browser sends is trusted as a path or run as code:
+
+- an upload is checked by size, by suffix and by content (a PDF must start like one, a text file must not be
+  binary), then stored under the library folder with a generated name; its own name is only a label;
+- a folder is a path on this machine that the user typed; only supported files inside it are read, symlinks
+  are resolved and anything that resolves outside the folder is skipped.
+
+Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import unicodedata
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from minions.documents import Document, load_document
+from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+
+from .store import DocumentRecord, Store
+
+__all__ = [
+    "ACCEPTED_SUFFIXES",
+    "FolderReport",
+    "Library",
+    "UnsupportedUploadError",
+    "UploadTooLargeError",
+    "check_content",
+]
+
+log = logging.getLogger(__name__)
+
+ACCEPTED_SUFFIXES: tuple[str, ...] = (".pdf", ".txt", ".md", ".markdown", ".html", ".htm", ".docx")
+MAX_FOLDER_FILES = 500
+"""Most files one "add folder" reads; a folder with more is probably not what the user meant."""
+MAX_NAME_CHARS = 120
+_LOADED_CACHE = 32
+_SNIFF_BYTES = 8192
+
+
+class UploadTooLargeError(DocumentError):
+    pass
+
+
+class UnsupportedUploadError(UnreadableDocumentError):
+    pass
+
+
+@dataclass
+class FolderReport:
+    added: list[DocumentRecord] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(file, why) for every file that was not added."""
+
+
+def clean_name(filename: str) -> str:
+    """A display name from a browser's file name: its last path part, printable, not too long."""
+    base = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    base = "".join(c for c in unicodedata.normalize("NFC", base) if c.isprintable()).strip().lstrip(".")
+    if len(base) > MAX_NAME_CHARS:
+        stem, _, suffix = base.rpartition(".")
+        base = stem[: MAX_NAME_CHARS - len(suffix) - 2] + "…." + suffix
+    return base or "document"
+
+
+def check_content(name: str, head: bytes) -> str:
+    """The lower-case suffix of ``name`` if the file's first bytes match it; raise UnsupportedUploadError if not.
+
+    PDFs must carry ``%PDF-`` near the start and .docx files a ZIP header; text, Markdown and HTML must not be
+    binary (a NUL byte outside UTF-16 text).
+    """
+    suffix = Path(name).suffix.lower()
+    if suffix not in ACCEPTED_SUFFIXES:
+        raise UnsupportedUploadError(
+            f"{name}: unsupported file type {suffix or '(no suffix)'!r}; add a PDF, text, Markdown, HTML or .docx "
+            "file.",
+            path=name,
+        )
+    if suffix == ".pdf" and b"%PDF-" not in head[:1024]:
+        raise UnsupportedUploadError(f"{name} is named .pdf but is not a PDF (no %PDF- header).", path=name)
+    if suffix == ".docx" and not head.startswith(b"PK\x03\x04"):
+        raise UnsupportedUploadError(f"{name} is named .docx but is not a Word document.", path=name)
+    if suffix not in (".pdf", ".docx") and b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UnsupportedUploadError(f"{name} is named {suffix} but holds binary data, not text.", path=name)
+    return suffix
+
+
+class Library:
+    """Documents on disk plus their rows in the store; loaded ``Document`` objects are kept for reuse."""
+
+    def __init__(self, store: Store, root: Path, *, max_bytes: int) -> None:
+        self.store = store
+        self.uploads = (root / "uploads").resolve()
+        self.uploads.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self._loaded: OrderedDict[str, Document] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- adding -----------------------------------------------------------------------------------------------
+    def add_upload(self, filename: str, data: bytes) -> DocumentRecord:
+        """Check, store and load an upload; on any failure nothing stays behind."""
+        name = clean_name(filename)
+        if len(data) > self.max_bytes:
+            raise UploadTooLargeError(f"{name} is larger than the upload limit of {_mb(self.max_bytes)}.", path=name)
+        if not data.strip():
+            raise EmptyDocumentError(f"{name} is empty: add a file with text in it.", path=name)
+        suffix = check_content(name, data[:_SNIFF_BYTES])
+        digest = hashlib.sha256(data).hexdigest()
+        existing = self.store.find_document(sha256=digest)
+        if existing is not None:
+            return existing
+        target = self.uploads / f"{uuid.uuid4().hex}{suffix}"
+        target.write_bytes(data)
+        try:
+            doc = self._load(target, name)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
+        return self._register(doc, name, target, "upload", len(data), digest)
+
+    def add_folder(self, folder: str) -> FolderReport:
+        """Add every supported file under ``folder`` (a path on this machine), without leaving it."""
+        root = self._folder_root(folder)
+        report = FolderReport()
+        for path in self._walk(root, report):
+            shown = str(path.relative_to(root))
+            try:
+                real = path.resolve(strict=True)
+                if not real.is_relative_to(root):
+                    raise UnsupportedUploadError(f"{shown} links outside the folder", path=shown)
+                if not real.is_file():
+                    raise UnsupportedUploadError(f"{shown} is not a regular file", path=shown)
+                existing = self.store.find_document(path=str(real))
+                if existing is not None:
+                    report.skipped.append((shown, f"already in the library as {existing.name}"))
+                    continue
+                size = real.stat().st_size
+                if size > self.max_bytes:
+                    raise UploadTooLargeError(f"{shown} is larger than {_mb(self.max_bytes)}", path=shown)
+                with real.open("rb") as f:
+                    check_content(path.name, f.read(_SNIFF_BYTES))
+                digest = _sha256_file(real)
+                doc = self._load(real, path.name)
+                report.added.append(self._register(doc, path.name, real, "folder", size, digest))
+            except (DocumentError, OSError) as exc:
+                report.skipped.append((shown, str(exc)))
+        return report
+
+    def _folder_root(self, folder: str) -> Path:
+        if not folder.strip():
+            raise DocumentNotFoundError("Give the path of a folder on this machine.")
+        given = Path(folder.strip()).expanduser()
+        if not given.is_absolute():
+            raise DocumentNotFoundError(f"{folder!r} is not an absolute path: give the full path of the folder.")
+        try:
+            root = given.resolve(strict=True)
+        except OSError as exc:
+            raise DocumentNotFoundError(f"No such folder: {folder}", path=folder) from exc
+        if not root.is_dir():
+            raise DocumentNotFoundError(f"{folder} is not a folder.", path=folder)
+        return root
+
+    def _walk(self, root: Path, report: FolderReport) -> list[Path]:
+        """Files with an accepted suffix under ``root``, hidden ones skipped; symlinked folders not entered."""
+        found: list[Path] = []
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for f in sorted(filenames):
+                if f.startswith(".") or Path(f).suffix.lower() not in ACCEPTED_SUFFIXES:
+                    continue
+                if len(found) >= MAX_FOLDER_FILES:
+                    report.skipped.append(
+                        (
+                            str(Path(dirpath, f).relative_to(root)),
+                            f"the folder has more than {MAX_FOLDER_FILES} documents",
+                        )
+                    )
+                    continue
+                found.append(Path(dirpath, f))
+        return found
+
+    def _load(self, path: Path, name: str) -> Document:
+        return replace(load_document(path), name=name)
+
+    def _register(self, doc: Document, name: str, path: Path, source: str, size: int, digest: str) -> DocumentRecord:
+        record = self.store.add_document(
+            name=name,
+            path=str(path),
+            source=source,
+            size=size,
+            pages=len(doc.pages),
+            chars=len(doc.text),
+            sha256=digest,
+        )
+        self._remember(record.id, replace(doc, name=record.name))
+        return record
+
+    # -- using ------------------------------------------------------------------------------------------------
+    def documents(self, ids: Sequence[str] | None = None) -> list[Document]:
+        """The library's documents (all of them when ``ids`` is None), named as the library names them."""
+        records = self.store.documents()
+        if ids is not None:
+            by_id = {r.id: r for r in records}
+            missing = [i for i in ids if i not in by_id]
+            if missing:
+                raise DocumentNotFoundError(f"No document {missing[0]!r} in the library: it may have been removed.")
+            records = [by_id[i] for i in ids]
+        return [self.load(r) for r in records]
+
+    def resolve_names(self, refs: Sequence[str]) -> list[str]:
+        """Document ids for references that are ids or names (the OpenAI route's ``documents`` field)."""
+        records = self.store.documents()
+        by_name = {r.name: r.id for r in records}
+        ids = {r.id for r in records}
+        out = []
+        for ref in refs:
+            if ref in ids:
+                out.append(ref)
+            elif ref in by_name:
+                out.append(by_name[ref])
+            else:
+                raise DocumentNotFoundError(
+                    f"No document {ref!r} in the library: use an id or a name from GET /api/documents.", path=ref
+                )
+        return out
+
+    def load(self, record: DocumentRecord) -> Document:
+        with self._lock:
+            if record.id in self._loaded:
+                self._loaded.move_to_end(record.id)
+                return self._loaded[record.id]
+        try:
+            doc = self._load(Path(record.path), record.name)
+        except DocumentNotFoundError as exc:
+            raise DocumentNotFoundError(
+                f"{record.name} is no longer at {record.path}: remove it from the library or put it back.",
+                path=record.path,
+            ) from exc
+        self._remember(record.id, doc)
+        return doc
+
+    def page_text(self, doc_id: str, page: int) -> str:
+        """The text of one page (1-based) of a PDF, or the whole text of a document without pages."""
+        record = self.store.document(doc_id)
+        if record is None:
+            raise DocumentNotFoundError(f"No document {doc_id!r} in the library.")
+        doc = self.load(record)
+        if not doc.pages:
+            return doc.text
+        if not 1 <= page <= len(doc.pages):
+            raise DocumentNotFoundError(f"{record.name} has pages 1 to {len(doc.pages)}, not {page}.")
+        p = doc.pages[page - 1]
+        return doc.text[p.start : p.end]
+
+    def remove(self, doc_id: str) -> DocumentRecord | None:
+        """Forget a document; an uploaded file is deleted too, a folder's file never."""
+        record = self.store.remove_document(doc_id)
+        if record is None:
+            return None
+        with self._lock:
+            self._loaded.pop(doc_id, None)
+        if record.source == "upload" and Path(record.path).parent == self.uploads:
+            Path(record.path).unlink(missing_ok=True)
+        return record
+
+    def _remember(self, doc_id: str, doc: Document) -> None:
+        with self._lock:
+            self._loaded[doc_id] = doc
+            while len(self._loaded) > _LOADED_CACHE:
+                self._loaded.popitem(last=False)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1024 / 1024:g} MB"

@@ -1,0 +1,242 @@
+"""What the app keeps across restarts, in one SQLite file: the document library, the conversations with their
+messages (each answer with its full run record), and the settings.
+
+One connection, shared by the server's threads under a lock: the app writes a few rows per question, so a
+pool would buy nothing. Every write commits at once, so a crash loses at most the run in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["ConversationRecord", "DocumentRecord", "MessageRecord", "MessageStatus", "Store"]
+
+MessageStatus = Literal["ok", "partial", "cancelled", "error"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS documents (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    path TEXT NOT NULL,
+    source TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    pages INTEGER NOT NULL,
+    chars INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    added_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    status TEXT NOT NULL,
+    meta TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    id: str
+    name: str
+    """Unique in the library; what citations and the remote planner call the document."""
+    path: str
+    """The file on this machine: a generated name under the library for uploads, the real path for folders."""
+    source: str
+    """``upload`` or ``folder``."""
+    bytes: int
+    pages: int
+    chars: int
+    sha256: str
+    added_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["path"]  # the browser has no use for paths on the server
+        return d
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    id: int
+    conversation_id: str
+    role: str
+    content: str
+    status: str
+    meta: Mapping[str, Any]
+    """For answers: the run (``RunResult.to_dict()``), the models, the protocol and the documents used."""
+    created_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "meta": dict(self.meta)}
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._db.execute(sql, args))
+
+    # -- documents ----------------------------------------------------------------------------------------
+    def add_document(
+        self, *, name: str, path: str, source: str, size: int, pages: int, chars: int, sha256: str
+    ) -> DocumentRecord:
+        """Insert a document; ``name`` gets a " (2)" before its suffix when the library already has it."""
+        with self._tx() as db:
+            taken = {r["name"] for r in db.execute("SELECT name FROM documents")}
+            record = DocumentRecord(
+                uuid.uuid4().hex[:12], _unique(name, taken), path, source, size, pages, chars, sha256, time.time()
+            )
+            db.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tuple(asdict(record).values()))
+        return record
+
+    def documents(self) -> list[DocumentRecord]:
+        return [DocumentRecord(**dict(r)) for r in self._all("SELECT * FROM documents ORDER BY added_at, name")]
+
+    def document(self, doc_id: str) -> DocumentRecord | None:
+        rows = self._all("SELECT * FROM documents WHERE id = ?", doc_id)
+        return DocumentRecord(**dict(rows[0])) if rows else None
+
+    def find_document(self, *, sha256: str | None = None, path: str | None = None) -> DocumentRecord | None:
+        column, value = ("sha256", sha256) if sha256 is not None else ("path", path)
+        rows = self._all(f"SELECT * FROM documents WHERE {column} = ?", value)
+        return DocumentRecord(**dict(rows[0])) if rows else None
+
+    def remove_document(self, doc_id: str) -> DocumentRecord | None:
+        record = self.document(doc_id)
+        if record is not None:
+            with self._tx() as db:
+                db.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        return record
+
+    # -- conversations --------------------------------------------------------------------------------------
+    def new_conversation(self, title: str = "New conversation") -> ConversationRecord:
+        now = time.time()
+        record = ConversationRecord(uuid.uuid4().hex[:12], title, now, now)
+        with self._tx() as db:
+            db.execute("INSERT INTO conversations VALUES (?, ?, ?, ?)", tuple(asdict(record).values()))
+        return record
+
+    def conversations(self) -> list[ConversationRecord]:
+        rows = self._all("SELECT * FROM conversations ORDER BY updated_at DESC")
+        return [ConversationRecord(**dict(r)) for r in rows]
+
+    def conversation(self, conversation_id: str) -> ConversationRecord | None:
+        rows = self._all("SELECT * FROM conversations WHERE id = ?", conversation_id)
+        return ConversationRecord(**dict(rows[0])) if rows else None
+
+    def delete_conversation(self, conversation_id: str) -> bool:
+        with self._tx() as db:
+            return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+
+    def add_message(
+        self,
+        conversation_id: str,
+        role: str,
+        content: str,
+        *,
+        status: MessageStatus = "ok",
+        meta: Mapping[str, Any] | None = None,
+    ) -> MessageRecord:
+        """Append a message; the first question also names the conversation."""
+        now = time.time()
+        encoded = json.dumps(dict(meta or {}), ensure_ascii=False, default=str)
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO messages (conversation_id, role, content, status, meta, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, status, encoded, now),
+            )
+            db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+            if role == "user":
+                db.execute(
+                    "UPDATE conversations SET title = ? WHERE id = ? AND title = 'New conversation'",
+                    (_title(content), conversation_id),
+                )
+        return MessageRecord(int(cur.lastrowid or 0), conversation_id, role, content, status, dict(meta or {}), now)
+
+    def messages(self, conversation_id: str) -> list[MessageRecord]:
+        rows = self._all("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", conversation_id)
+        return [MessageRecord(**{**dict(r), "meta": json.loads(r["meta"])}) for r in rows]
+
+    # -- settings -------------------------------------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        return {r["key"]: json.loads(r["value"]) for r in self._all("SELECT key, value FROM settings")}
+
+    def save_settings(self, values: Mapping[str, Any]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO settings VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
+            )
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    if name not in taken:
+        return name
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem:
+        stem, suffix = name, ""
+    n = 2
+    while (candidate := f"{stem} ({n}){'.' + suffix if suffix else ''}") in taken:
+        n += 1
+    return candidate
+
+
+def _title(question: str) -> str:
+    words = " ".join(question.split())
+    return words if len(words) <= 60 else words[:59].rstrip() + "…"

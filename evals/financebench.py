@@ -1,0 +1,118 @@
+"""FinanceBench (patronus-ai/financebench): questions about public companies' filings (10-K, 10-Q, 8-K,
+earnings releases), with numeric or short free-text answers.
+
+Layout of a checkout: ``data/financebench_open_source.jsonl`` (one question a line: ``financebench_id``,
+``doc_name``, ``question``, ``answer``, ``question_type``, ``question_reasoning``, ...) and ``pdfs/<doc_name>.pdf``.
+Questions whose filing is not in ``pdfs/`` are skipped, with a warning that counts them.
+
+The Minions paper evaluates the numerical-reasoning questions: ``subset="numerical"`` keeps those whose
+``question_reasoning`` mentions numerical reasoning (alone or with other reasoning, 67 of the 150 open-source
+questions); ``subset="all"`` keeps every question.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from minions.documents import Document, load_document
+
+from .errors import DatasetLayoutError
+from .items import Dataset, EvalItem, read_jsonl, require_fields
+
+__all__ = ["FINANCEBENCH_SUBSETS", "load_financebench"]
+
+log = logging.getLogger(__name__)
+
+QUESTIONS = Path("data") / "financebench_open_source.jsonl"
+PDFS = Path("pdfs")
+FIELDS = ("financebench_id", "doc_name", "question", "answer")
+
+
+def _numerical(record: dict[str, Any]) -> bool:
+    return "numerical reasoning" in str(record.get("question_reasoning") or "").lower()
+
+
+FINANCEBENCH_SUBSETS: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "all": lambda record: True,
+    "numerical": _numerical,
+}
+
+_PDF_CACHE_SIZE = 4
+"""Filings kept in memory: questions about one filing are next to each other in the file."""
+
+
+@lru_cache(maxsize=_PDF_CACHE_SIZE)
+def _filing(path: str) -> Document:
+    # load_document keeps the extracted text in its on-disk cache: a filing is extracted once, ever.
+    return load_document(path)
+
+
+def _loader(path: Path) -> Callable[[], Sequence[Document]]:
+    return lambda: (_filing(str(path)),)
+
+
+def _root(path: str | Path) -> Path:
+    """The checkout root, from the root itself or from its questions file."""
+    p = Path(path).expanduser()
+    if p.is_file() and p.name == QUESTIONS.name:
+        p = p.parent.parent
+    if not (p / QUESTIONS).is_file() or not (p / PDFS).is_dir():
+        raise DatasetLayoutError(
+            f"{p} does not have the FinanceBench layout: expected {QUESTIONS} and a {PDFS}/ folder of filings "
+            "in it (a checkout of github.com/patronus-ai/financebench).",
+            path=str(p),
+        )
+    return p
+
+
+def load_financebench(path: str | Path, *, subset: str = "all") -> Dataset:
+    """FinanceBench items (metric ``numeric``); ``subset``: ``all`` or ``numerical``."""
+    if subset not in FINANCEBENCH_SUBSETS:
+        raise DatasetLayoutError(
+            f"Unknown FinanceBench subset {subset!r}: use one of {', '.join(FINANCEBENCH_SUBSETS)}."
+        )
+    root = _root(path)
+    keep = FINANCEBENCH_SUBSETS[subset]
+    records, _bad = read_jsonl(root / QUESTIONS, "FinanceBench")
+    items: list[EvalItem] = []
+    skipped: dict[str, str] = {}
+    missing_filings: set[str] = set()
+    for number, record in records:
+        require_fields(record, FIELDS, f"{root / QUESTIONS} line {number}", "FinanceBench")
+        if not keep(record):
+            continue
+        item_id, doc_name = str(record["financebench_id"]), str(record["doc_name"])
+        pdf = root / PDFS / f"{doc_name}.pdf"
+        if not pdf.is_file():
+            skipped[item_id] = f"filing {pdf.name} is not in {root / PDFS}"
+            missing_filings.add(pdf.name)
+            continue
+        items.append(
+            EvalItem(
+                id=item_id,
+                question=str(record["question"]),
+                gold=(str(record["answer"]),),
+                metric="numeric",
+                load=_loader(pdf),
+                metadata={
+                    "doc_name": doc_name,
+                    "company": record.get("company"),
+                    "question_type": record.get("question_type"),
+                    "question_reasoning": record.get("question_reasoning"),
+                },
+            )
+        )
+    if skipped:
+        log.warning(
+            "FinanceBench: skipped %d of %d questions: their %d filing(s) are not in %s (%s)",
+            len(skipped),
+            len(skipped) + len(items),
+            len(missing_filings),
+            root / PDFS,
+            ", ".join(sorted(missing_filings)),
+        )
+    return Dataset("financebench", str(root), tuple(items), skipped, {"subset": subset})

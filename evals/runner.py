@@ -1,0 +1,308 @@
+"""Run a protocol over a benchmark's items and append one JSONL line per item; resume where a run stopped.
+
+    dataset = load_dataset("financebench", "../shared/data/financebench", subset="numerical")
+    summary = run_eval(dataset, "minions", local="llamacpp/default", remote="openai/gpt-4o-mini",
+                       out="results/fb-minions.jsonl", sample=20, seed=0)
+
+Steps, per item: load its documents, run the protocol, score the answer (and ask the judge, if any), write the
+line. An item whose protocol raises is recorded with its error and score 0; the run goes on.
+``run_grid`` runs protocols x datasets x model pairs, one results file per configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from minions.backends.base import Backend
+from minions.backends.registry import resolve
+from minions.protocols import BaseProtocol, RunResult, get_protocol
+
+from .errors import EvalError
+from .items import Dataset, EvalItem
+from .judge import JUDGED_METRICS, Judge
+from .metrics import score
+from .results import EvalConfig, ResultsFile
+
+__all__ = ["RunSummary", "run_eval", "run_grid", "select_items"]
+
+log = logging.getLogger(__name__)
+
+OnRecord = Callable[[dict[str, Any], int, int], None]
+"""Called after each line is written: (record, items written so far in this run, items to run)."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    config: EvalConfig
+    path: Path
+    selected: int
+    """Items the selection (ids, sample, limit) picked."""
+    already_done: int
+    """Of those, items the results file already had (skipped)."""
+    ran: int
+    failed: int
+    mean_score: float | None
+    """Over every selected item with a result, including earlier runs' results."""
+
+
+def select_items(
+    items: Sequence[EvalItem],
+    *,
+    ids: Sequence[str] | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+) -> list[EvalItem]:
+    """The items to run: those named by ``ids`` (in that order), else all; then ``sample`` of them drawn with
+    ``seed`` (the same seed draws the same items, and a bigger sample keeps the smaller one's items first);
+    then the first ``limit``."""
+    chosen = list(items)
+    if ids:
+        by_id = {item.id: item for item in items}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            example = items[0].id if items else "?"
+            raise EvalError(f"No item with id {', '.join(unknown[:5])} in this dataset (ids look like {example!r}).")
+        chosen = [by_id[i] for i in ids]
+    for name, value in (("sample", sample), ("limit", limit)):
+        if value is not None and value < 1:
+            raise EvalError(f"--{name} must be at least 1, got {value}.")
+    if sample is not None:
+        order = list(range(len(chosen)))
+        random.Random(seed).shuffle(order)
+        chosen = [chosen[i] for i in order[:sample]]
+    return chosen[:limit] if limit is not None else chosen
+
+
+def _egress_bytes(result: RunResult) -> int:
+    return sum(len(r.text.encode("utf-8")) for r in result.egress)
+
+
+def _base_record(item: EvalItem, config: EvalConfig) -> dict[str, Any]:
+    return {
+        "item_id": item.id,
+        "dataset": config.dataset,
+        "protocol": config.protocol,
+        "local": config.local,
+        "remote": config.remote,
+        "config": config.to_dict(),
+        "question": item.question,
+        "gold": list(item.gold),
+        "metric": item.metric,
+    }
+
+
+def run_item(item: EvalItem, protocol: BaseProtocol, config: EvalConfig, judge: Judge | None = None) -> dict[str, Any]:
+    """Run one item and return its results line (never raises for the item's own failures).
+
+    Timings: ``load_s`` reads the documents (a filing's first PDF extraction), ``wall_s`` runs the protocol.
+    """
+    record = _base_record(item, config)
+    started = time.perf_counter()
+    try:
+        documents = item.documents()
+        loaded = time.perf_counter()
+        result = protocol.run(item.task, documents)
+    # An item that fails (an unreadable filing, a protocol bug) is recorded and the run goes on: one bad
+    # item must not cost the hours spent on the others.
+    except Exception as exc:
+        log.warning("%s %s failed: %s: %s", config.protocol, item.id, type(exc).__name__, exc)
+        return {**record, **_failure(exc, time.perf_counter() - started)}
+    wall = time.perf_counter() - loaded
+    auto = score(item, result.answer)
+    usage = dict(result.usage)
+    verdict = None
+    if judge is not None and item.metric in JUDGED_METRICS:
+        verdict = judge(item.question, result.answer, item.gold)
+        usage["judge"] = verdict.usage
+    return {
+        **record,
+        "prediction": result.answer,
+        "score": float(verdict.correct) if verdict is not None and verdict.correct is not None else auto,
+        "auto_score": auto,
+        "usage": {role: u.to_dict() for role, u in usage.items()},
+        "cost_usd": {**{role: u.cost_usd for role, u in usage.items()}, "run": result.cost_usd},
+        "egress_bytes": _egress_bytes(result),
+        "timings": {**result.timings, "load_s": loaded - started, "wall_s": wall},
+        "complete": result.complete,
+        "notes": list(result.notes),
+        "rounds": result.rounds,
+        "documents": [d.name for d in documents],
+        "error": None,
+        "judge": verdict.to_dict() if verdict is not None else None,
+        "finished_at": _now(),
+    }
+
+
+def _failure(exc: Exception, seconds: float) -> dict[str, Any]:
+    return {
+        "prediction": "",
+        "score": 0.0,
+        "auto_score": 0.0,
+        "usage": {},
+        "cost_usd": {"run": 0.0},
+        "egress_bytes": 0,
+        "timings": {"wall_s": seconds},
+        "complete": False,
+        "notes": [],
+        "error": f"{type(exc).__name__}: {exc}",
+        "judge": None,
+        "finished_at": _now(),
+    }
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def make_config(
+    dataset: Dataset,
+    protocol: str,
+    local: Backend,
+    remote: Backend | None,
+    protocol_options: Mapping[str, Any],
+    judge: Judge | None,
+) -> EvalConfig:
+    return EvalConfig(
+        dataset=dataset.name,
+        data_path=str(Path(dataset.path).resolve()),
+        protocol=protocol,
+        local=local.name,
+        remote=remote.name if remote is not None else None,
+        dataset_options=dict(dataset.options),
+        protocol_options=dict(protocol_options),
+        judge=judge.name if judge is not None else None,
+    )
+
+
+def run_eval(
+    dataset: Dataset,
+    protocol: str,
+    local: Backend | str,
+    remote: Backend | str | None,
+    out: str | Path,
+    *,
+    protocol_options: Mapping[str, Any] | None = None,
+    judge: Backend | str | None = None,
+    ids: Sequence[str] | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    concurrency: int = 1,
+    retry_errors: bool = False,
+    on_record: OnRecord | None = None,
+) -> RunSummary:
+    """Run ``protocol`` over the selected items of ``dataset``, appending to (and resuming) ``out``.
+
+    Raises ResultsFileError when ``out`` holds another configuration's results.
+    """
+    if concurrency < 1:
+        raise EvalError(f"--concurrency must be at least 1, got {concurrency}.")
+    options = dict(protocol_options or {})
+    local_backend = resolve(local)
+    remote_backend = resolve(remote) if remote is not None else None
+    the_judge = Judge(resolve(judge)) if judge is not None else None
+    runner = get_protocol(protocol, local_backend, remote_backend, **options)
+    config = make_config(dataset, runner.name, local_backend, remote_backend, options, the_judge)
+    selected = select_items(dataset.items, ids=ids, sample=sample, seed=seed, limit=limit)
+    with ResultsFile(out, config) as results:
+        done = results.finished(retry_errors=retry_errors)
+        pending = [item for item in selected if item.id not in done]
+        log.info(
+            "%s/%s: %d items selected, %d already in %s",
+            dataset.name,
+            runner.name,
+            len(selected),
+            len(selected) - len(pending),
+            out,
+        )
+        ran, failed = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record)
+        latest = results.latest()
+    scores = [latest[i.id]["score"] for i in selected if i.id in latest]
+    return RunSummary(
+        config=config,
+        path=Path(out),
+        selected=len(selected),
+        already_done=len(selected) - len(pending),
+        ran=ran,
+        failed=failed,
+        mean_score=sum(scores) / len(scores) if scores else None,
+    )
+
+
+def _run_pending(
+    pending: list[EvalItem],
+    protocol: BaseProtocol,
+    config: EvalConfig,
+    judge: Judge | None,
+    results: ResultsFile,
+    concurrency: int,
+    on_record: OnRecord | None,
+) -> tuple[int, int]:
+    """Run the items, writing each line as it finishes; (items run, items failed)."""
+    ran = failed = 0
+
+    def write(record: dict[str, Any]) -> None:
+        nonlocal ran, failed
+        results.append(record)
+        ran += 1
+        failed += bool(record["error"])
+        if on_record is not None:
+            on_record(record, ran, len(pending))
+
+    if concurrency == 1:  # in this thread: Ctrl-C stops at once, and the finished lines are on disk
+        for item in pending:
+            write(run_item(item, protocol, config, judge))
+        return ran, failed
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="minions-eval")
+    try:
+        futures = [pool.submit(run_item, item, protocol, config, judge) for item in pending]
+        for future in as_completed(futures):
+            write(future.result())
+    finally:
+        # On Ctrl-C, drop the items not started; the running ones finish in the background unrecorded.
+        pool.shutdown(wait=False, cancel_futures=True)
+    return ran, failed
+
+
+def _slug(text: str | None) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", text or "none").strip("-")[:60]
+
+
+def run_grid(
+    datasets: Sequence[Dataset],
+    protocols: Sequence[str],
+    model_pairs: Sequence[tuple[Backend | str, Backend | str | None]],
+    out_dir: str | Path,
+    **kwargs: Any,
+) -> list[RunSummary]:
+    """``run_eval`` for every dataset x protocol x (local, remote) pair; each configuration gets its own file in
+    ``out_dir``, named after it and its fingerprint, so a grid resumes file by file. ``kwargs`` go to
+    ``run_eval`` (``sample``, ``seed``, ``limit``, ``concurrency``, ``protocol_options``, ``judge``, ...)."""
+    summaries = []
+    pairs = [(resolve(local), resolve(remote) if remote is not None else None) for local, remote in model_pairs]
+    judge = resolve(kwargs["judge"]) if kwargs.get("judge") is not None else None
+    for dataset in datasets:
+        for protocol in protocols:
+            for local, remote in pairs:
+                config = make_config(
+                    dataset,
+                    protocol.strip().lower(),
+                    local,
+                    remote,
+                    kwargs.get("protocol_options") or {},
+                    Judge(judge) if judge else None,
+                )
+                name = f"{dataset.name}__{config.protocol}__{_slug(local.name)}__{_slug(config.remote)}"
+                out = Path(out_dir) / f"{name}__{config.fingerprint[:8]}.jsonl"
+                summaries.append(run_eval(dataset, protocol, local, remote, out, **{**kwargs, "judge": judge}))
+    return summaries

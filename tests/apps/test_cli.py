@@ -1,0 +1,56 @@
+"""``minions app`` and ``minions serve`` from the command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from minions.cli import build_parser, main
+
+from .conftest import free_port
+
+
+def test_both_commands_are_in_the_cli_with_loopback_defaults() -> None:
+    parser = build_parser()
+    app = parser.parse_args(["app"])
+    serve = parser.parse_args(["serve", "--port", "9000", "--remote", "openai/gpt-4o-mini"])
+    assert (app.host, app.port, app.token) == ("127.0.0.1", 8765, None)
+    assert (serve.host, serve.port, serve.remote) == ("127.0.0.1", 9000, "openai/gpt-4o-mini")
+
+
+def test_listening_beyond_loopback_without_a_token_refuses_to_start(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MINIONS_APP_TOKEN", raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Refusing to listen on 0.0.0.0 without a token" in err and "MINIONS_APP_TOKEN" in err
+
+
+@pytest.mark.slow
+def test_serve_answers_the_openai_models_route(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MINIONS_APP_TOKEN"}
+    command = [sys.executable, "-m", "minions.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path)]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "minions serve did not answer within 60 s"
+                time.sleep(0.2)
+        assert [m["id"] for m in response.json()["data"]] == ["minions", "minion", "remote", "local", "rag"]
+        assert httpx.get(f"http://127.0.0.1:{port}/").status_code == 404  # serve has no chat page
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

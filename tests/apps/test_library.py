@@ -1,0 +1,123 @@
+"""The library: what an upload or a folder may add, and that nothing escapes the library."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from minions.apps.library import Library, UnsupportedUploadError, UploadTooLargeError, clean_name
+from minions.apps.store import Store
+from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+
+from .helpers import FACT, make_pdf, report_pages
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> Library:
+    return Library(Store(tmp_path / "db.sqlite3"), tmp_path / "library", max_bytes=100_000)
+
+
+def test_a_pdf_upload_is_stored_under_a_generated_name_and_loads_with_pages(library: Library) -> None:
+    record = library.add_upload("../../etc/report.pdf", make_pdf(report_pages()))
+
+    assert record.name == "report.pdf" and record.pages == 3 and record.source == "upload"
+    stored = Path(record.path)
+    assert stored.parent == library.uploads and stored.name != "report.pdf" and stored.suffix == ".pdf"
+    (doc,) = library.documents()
+    assert doc.name == "report.pdf" and FACT[:30] in library.page_text(record.id, 2)
+
+
+def test_the_same_file_twice_is_one_document_and_equal_names_get_a_number(library: Library) -> None:
+    first = library.add_upload("a.txt", b"Some text.")
+    assert library.add_upload("copy.txt", b"Some text.").id == first.id
+    second = library.add_upload("a.txt", b"Other text.")
+    assert second.name == "a (2).txt"
+    assert [d.name for d in library.documents()] == ["a.txt", "a (2).txt"]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "error", "message"),
+    [
+        ("notes.exe", b"MZ\x90\x00", UnsupportedUploadError, "unsupported file type '.exe'"),
+        ("report.pdf", b"<html>not a pdf</html>", UnsupportedUploadError, "not a PDF"),
+        ("notes.txt", b"\x7fELF\x02\x01\x01\x00\x00", UnsupportedUploadError, "binary data"),
+        ("empty.pdf", b"", EmptyDocumentError, "empty"),
+        ("broken.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog", UnreadableDocumentError, "not a readable PDF"),
+        ("big.txt", b"x" * 100_001, UploadTooLargeError, "upload limit"),
+    ],
+)
+def test_bad_uploads_are_refused_with_a_specific_message_and_leave_nothing(
+    library: Library, name: str, data: bytes, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        library.add_upload(name, data)
+    assert library.store.documents() == [] and list(library.uploads.iterdir()) == []
+
+
+def test_display_names_lose_paths_and_control_characters() -> None:
+    assert clean_name("C:\\Users\\me\\q3.pdf") == "q3.pdf"
+    assert clean_name("../../.bashrc") == "bashrc"
+    assert clean_name("a\x00b\nc.txt") == "abc.txt"
+    assert clean_name("") == "document"
+
+
+def test_a_folder_adds_supported_files_and_never_follows_links_outside(library: Library, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "q3.md").write_text("# Q3\n\nSales grew.")
+    (folder / "report.pdf").write_bytes(make_pdf(report_pages()))
+    (folder / "script.sh").write_text("rm -rf /")
+    (folder / ".hidden.txt").write_text("hidden")
+    (folder / "fake.pdf").write_text("not a pdf")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("a secret outside the folder")
+    os.symlink(outside, folder / "link.txt")
+    os.symlink(tmp_path, folder / "up")  # a symlinked folder is not entered
+    os.symlink(folder / "sub" / "q3.md", folder / "inside-link.md")
+
+    report = library.add_folder(str(folder))
+
+    # The link inside the folder is followed (it reads sub/q3.md, added once, under the name met first).
+    assert sorted(d.name for d in report.added) == ["inside-link.md", "report.pdf"]
+    skipped = dict(report.skipped)
+    assert "links outside the folder" in skipped["link.txt"]
+    assert "not a PDF" in skipped["fake.pdf"]
+    assert "already in the library as inside-link.md" in skipped["sub/q3.md"]
+    assert "script.sh" not in skipped and ".hidden.txt" not in skipped
+    assert all("secret" not in d.text for d in library.documents())
+    assert {Path(d.path) for d in report.added} <= set(folder.resolve().rglob("*"))
+    assert list(library.uploads.iterdir()) == []  # folder files are read in place, not copied
+
+
+@pytest.mark.parametrize("path", ["", "relative/folder", "/no/such/folder"])
+def test_a_folder_must_be_an_existing_absolute_path(library: Library, path: str) -> None:
+    with pytest.raises(DocumentNotFoundError):
+        library.add_folder(path)
+
+
+def test_removing_an_upload_deletes_its_file_but_a_folder_file_stays(library: Library, tmp_path: Path) -> None:
+    upload = library.add_upload("a.txt", b"Some text.")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.txt").write_text("Other text.")
+    (from_folder,) = library.add_folder(str(folder)).added
+
+    library.remove(upload.id)
+    library.remove(from_folder.id)
+
+    assert not Path(upload.path).exists() and (folder / "b.txt").exists()
+    assert library.store.documents() == []
+
+
+def test_a_folder_file_that_disappeared_says_so(library: Library, tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "b.txt").write_text("Other text.")
+    (record,) = library.add_folder(str(folder)).added
+    (folder / "b.txt").unlink()
+    fresh = Library(library.store, tmp_path / "library", max_bytes=100_000)  # nothing loaded yet
+
+    with pytest.raises(DocumentNotFoundError, match="no longer at"):
+        fresh.documents([record.id])

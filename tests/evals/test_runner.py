@@ -1,0 +1,158 @@
+"""The runner against scripted models: lines per item, resume after an interruption, a torn last line,
+configuration mismatches, failed items, sampling and concurrency."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from minions.backends.scripted import ScriptedBackend
+from minions.evals import Dataset, ResultsFileError, read_results, run_eval, run_grid, select_items
+from minions.types import Message, SamplingParams
+
+from .conftest import remote_reply
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_one_line_per_item_with_everything_a_report_needs(longhealth, local, remote, tmp_path) -> None:
+    out = tmp_path / "remote.jsonl"
+    summary = run_eval(longhealth, "remote", local, remote, out)
+    records = lines(out)
+    assert [r["item_id"] for r in records] == [i.id for i in longhealth]
+    assert (summary.ran, summary.failed, summary.already_done) == (5, 0, 0)
+    assert summary.mean_score == pytest.approx(0.8)  # patient_02/q2 is answered wrongly
+    first = records[0]
+    assert first["prediction"] == "B" and first["score"] == 1.0 and first["gold"] == ["B"]
+    assert (first["dataset"], first["protocol"], first["local"], first["remote"]) == (
+        "longhealth", "remote", "scripted/local", "scripted/gpt-4o-mini"
+    )  # fmt: skip
+    assert first["usage"]["remote"]["total_tokens"] > 0 and first["cost_usd"]["remote"] > 0
+    assert first["cost_usd"]["run"] == pytest.approx(first["cost_usd"]["local"] + first["cost_usd"]["remote"])
+    # bytes to the remote model: the UTF-8 length of everything it was sent
+    sent = sum(len(m.content.encode("utf-8")) for call in remote.history[:1] for m in call.messages)
+    assert first["egress_bytes"] == sent
+    assert first["timings"]["wall_s"] > 0 and first["error"] is None
+    assert first["config"]["protocol"] == "remote" and len(first["fingerprint"]) == 16
+    assert len({r["fingerprint"] for r in records}) == 1
+
+
+def test_resume_after_an_interruption_runs_only_the_rest(longhealth, local, remote, tmp_path) -> None:
+    out = tmp_path / "remote.jsonl"
+    calls = {"n": 0}
+
+    def dies_on_the_third_item(messages: list[Message], params: SamplingParams) -> str:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # Ctrl-C (or a crash) in the middle of the run
+        return remote_reply(messages, params)
+
+    remote.responder = dies_on_the_third_item
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(longhealth, "remote", local, remote, out)
+    assert [r["item_id"] for r in lines(out)] == ["patient_01/q1", "patient_01/q2"]
+
+    remote.responder = remote_reply
+    remote.history.clear()
+    summary = run_eval(longhealth, "remote", local, remote, out)
+    assert (summary.already_done, summary.ran) == (2, 3)
+    assert len(remote.history) == 3  # the finished items were not sent again
+    assert [r["item_id"] for r in lines(out)] == [i.id for i in longhealth]
+    assert summary.mean_score == pytest.approx(0.8)
+
+    again = run_eval(longhealth, "remote", local, remote, out)
+    assert (again.already_done, again.ran) == (5, 0) and len(lines(out)) == 5
+
+
+def test_a_torn_last_line_is_cut_and_its_item_runs_again(longhealth, local, remote, tmp_path) -> None:
+    out = tmp_path / "remote.jsonl"
+    run_eval(longhealth, "remote", local, remote, out, limit=2)
+    text = out.read_text()
+    out.write_text(text + text.splitlines()[1][:40])  # a crash while the third line was being written
+    summary = run_eval(longhealth, "remote", local, remote, out, limit=3)
+    assert (summary.already_done, summary.ran) == (2, 1)
+    assert [r["item_id"] for r in lines(out)] == ["patient_01/q1", "patient_01/q2", "patient_02/q1"]
+
+
+def test_resuming_under_another_configuration_is_an_error(longhealth, local, remote, tmp_path) -> None:
+    out = tmp_path / "results.jsonl"
+    run_eval(longhealth, "remote", local, remote, out, limit=1)
+    before = out.read_bytes()
+    with pytest.raises(ResultsFileError, match=r"another configuration \(protocol: 'remote' there, 'local' now"):
+        run_eval(longhealth, "local", local, remote, out)
+    with pytest.raises(ResultsFileError, match="protocol_options"):
+        run_eval(longhealth, "remote", local, remote, out, protocol_options={"remote_max_tokens": 256})
+    other_remote = ScriptedBackend("scripted/other", responder=remote_reply, capabilities=remote.capabilities)
+    with pytest.raises(ResultsFileError, match="remote: 'scripted/gpt-4o-mini' there, 'scripted/other' now"):
+        run_eval(longhealth, "remote", local, other_remote, out)
+    assert out.read_bytes() == before  # nothing was mixed in
+
+
+def test_not_a_results_file(longhealth, local, remote, tmp_path) -> None:
+    out = tmp_path / "notes.jsonl"
+    out.write_text('{"hello": 1}\n{"fingerprint": "x", "item_id": "y"}\n')
+    with pytest.raises(ResultsFileError, match="line 1 is not a results record"):
+        run_eval(longhealth, "remote", local, remote, out)
+
+
+def test_a_failed_item_is_recorded_and_the_run_goes_on(longhealth, local, remote, tmp_path) -> None:
+    def fails_on_ejection_fraction(messages: list[Message], params: SamplingParams) -> str:
+        if "Which chemotherapy" in messages[-1].content:
+            raise RuntimeError("the server fell over")
+        return remote_reply(messages, params)
+
+    remote.responder = fails_on_ejection_fraction
+    out = tmp_path / "remote.jsonl"
+    summary = run_eval(longhealth, "remote", local, remote, out)
+    records = {r["item_id"]: r for r in lines(out)}
+    assert (summary.ran, summary.failed) == (5, 1)
+    failed = records["patient_02/q1"]
+    assert failed["error"] == "RuntimeError: the server fell over" and failed["score"] == 0.0
+    assert failed["prediction"] == ""
+    assert summary.mean_score == pytest.approx(3 / 5)
+
+    remote.responder = remote_reply
+    skipped = run_eval(longhealth, "remote", local, remote, out)
+    assert skipped.ran == 0  # a failed item is a finished item...
+    retried = run_eval(longhealth, "remote", local, remote, out, retry_errors=True)
+    assert (retried.ran, retried.failed) == (1, 0)  # ...unless asked to retry errors
+    assert retried.mean_score == pytest.approx(0.8)  # the latest record of each item counts
+    assert len(read_results(out)) == 6
+
+
+def test_selection_ids_sample_seed_limit(longhealth: Dataset) -> None:
+    items = longhealth.items
+    a = select_items(items, sample=3, seed=7)
+    assert [i.id for i in a] == [i.id for i in select_items(items, sample=3, seed=7)]
+    assert [i.id for i in select_items(items, sample=4, seed=7)][:3] == [i.id for i in a]
+    assert [i.id for i in select_items(items, limit=2)] == ["patient_01/q1", "patient_01/q2"]
+    assert [i.id for i in select_items(items, ids=["patient_02/q2"])] == ["patient_02/q2"]
+    with pytest.raises(Exception, match="No item with id nope"):
+        select_items(items, ids=["nope"])
+
+
+def test_concurrency_writes_every_item_once(longhealth, local, remote, tmp_path) -> None:
+    remote.max_concurrency = 4
+    out = tmp_path / "remote.jsonl"
+    summary = run_eval(longhealth, "remote", local, remote, out, concurrency=3)
+    assert summary.ran == 5
+    assert sorted(r["item_id"] for r in lines(out)) == sorted(i.id for i in longhealth)
+
+
+def test_minions_protocol_runs_under_the_harness(longhealth, local, remote, tmp_path) -> None:
+    summary = run_eval(longhealth, "minions", local, remote, tmp_path / "minions.jsonl", limit=2)
+    records = lines(tmp_path / "minions.jsonl")
+    assert summary.failed == 0 and [r["prediction"] for r in records] == ["B", "C"]
+    assert all(r["usage"]["local"]["calls"] > 0 and r["usage"]["remote"]["calls"] > 0 for r in records)
+
+
+def test_grid_writes_one_file_per_configuration(longhealth, local, remote, tmp_path) -> None:
+    summaries = run_grid([longhealth], ["remote", "local"], [(local, remote)], tmp_path, limit=2)
+    names = sorted(p.name for p in tmp_path.glob("*.jsonl"))
+    assert len(names) == 2 and names[0].startswith("longhealth__local__scripted-local__scripted-gpt-4o-mini__")
+    assert [s.ran for s in summaries] == [2, 2]
+    assert [s.ran for s in run_grid([longhealth], ["remote", "local"], [(local, remote)], tmp_path, limit=2)] == [0, 0]
