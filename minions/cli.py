@@ -29,7 +29,6 @@ __all__ = ["main"]
 log = logging.getLogger("minions.cli")
 
 EXIT_USAGE = 2
-PROTOCOLS = ("minions", "minion", "remote", "local", "rag")
 
 
 # -- ask -------------------------------------------------------------------------------------------------
@@ -68,7 +67,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         options["chunk_by"] = args.chunk_by
     if args.max_rounds is not None:
         options["max_rounds"] = args.max_rounds
-    protocol = get_protocol(args.protocol, local=local, remote=remote, **options)
+    # Planning needs a capable model: with no remote configured, the local model map-reduces the chunks.
+    name = args.protocol or ("minions" if remote is not None else "local")
+    protocol = get_protocol(name, local=local, remote=remote, **options)
 
     from minions.render import LiveProgress
 
@@ -161,13 +162,19 @@ def _add_bench_parser(sub: Any) -> None:
 
 # -- plumbing --------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from minions.protocols.factory import PROTOCOLS
+
     parser = argparse.ArgumentParser(prog="minions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="answer a question about local documents")
     ask.add_argument("inputs", nargs="+", metavar="FILE... QUESTION", help="documents, then the question")
-    ask.add_argument("--protocol", choices=PROTOCOLS, default="minions")
+    ask.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        help="default: minions with a remote model, local (map-reduce on this device) without",
+    )
     _add_model_options(ask)
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
     ask.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")

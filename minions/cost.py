@@ -84,9 +84,7 @@ class PriceTable:
         price = self.lookup(model)
         return price.cost(usage) if price else 0.0
 
-    def with_overrides(
-        self, overrides: Mapping[str, Price | tuple[float, float, float] | list[float]]
-    ) -> PriceTable:
+    def with_overrides(self, overrides: Mapping[str, Price | tuple[float, float, float] | list[float]]) -> PriceTable:
         merged = dict(self.prices)
         for model, p in overrides.items():
             merged[model.lower()] = p if isinstance(p, Price) else Price(*map(float, p))

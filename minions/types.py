@@ -41,9 +41,7 @@ def as_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> list[M
         else:
             role, content = m.get("role"), m.get("content")
             if role not in ("system", "user", "assistant") or not isinstance(content, str):
-                raise ValueError(
-                    f"A message needs role system|user|assistant and text content, got {dict(m)!r}"
-                )
+                raise ValueError(f"A message needs role system|user|assistant and text content, got {dict(m)!r}")
             out.append(Message(role, content))
     return out
 

@@ -36,9 +36,10 @@ def test_chat_returns_text_and_counts_local_usage(backend: LlamaCppBackend) -> N
 
 def test_greedy_decoding_is_deterministic(backend: LlamaCppBackend) -> None:
     params = SamplingParams(max_tokens=16)
-    assert backend.chat("Say something about rivers.", params).text == backend.chat(
-        "Say something about rivers.", params
-    ).text
+    assert (
+        backend.chat("Say something about rivers.", params).text
+        == backend.chat("Say something about rivers.", params).text
+    )
 
 
 def test_json_schema_constrains_the_reply(backend: LlamaCppBackend) -> None:
