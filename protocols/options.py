@@ -55,8 +55,9 @@ class RunOptions:
     overlap: int = 0
     top_k: int = 5
     """RAG: chunks sent to the remote model; Minions: chunks per retrieval-scoped job."""
-    batch_size: int = 8
-    """Local jobs per batch call; cancellation is checked between batches."""
+    batch_size: int = 64
+    """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
+    finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""
     max_retries: int = 2
     """Times a reply that fails validation goes back to the model with the error."""
     job_max_tokens: int = 200

@@ -234,4 +234,5 @@ def test_a_client_that_disconnects_cancels_the_run_and_the_partial_answer_is_kep
     answer = messages[1]
     assert answer["status"] == "cancelled", answer
     assert "Cancelled" in answer["meta"]["result"]["notes"][0]
-    assert planned > 16 and len(answer["meta"]["result"]["jobs"]) < planned  # it stopped between batches
+    ran = [j for j in answer["meta"]["result"]["jobs"] if j["ok"]]
+    assert planned > 16 and len(ran) < planned  # the jobs left when the tab closed never ran

@@ -10,7 +10,17 @@ from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
 from minions.errors import BackendConnectionError
-from minions.events import CancelToken, Event, FinalAnswer, JobFailed, JobFinished, Notice, PlanReady, RoundDone
+from minions.events import (
+    CancelToken,
+    Event,
+    FinalAnswer,
+    JobFailed,
+    JobFinished,
+    JobStarted,
+    Notice,
+    PlanReady,
+    RoundDone,
+)
 from minions.protocols import Budget, InputError, Minions
 from minions.types import Message, SamplingParams
 
@@ -180,7 +190,7 @@ def test_a_dead_local_backend_ends_the_run_with_what_it_has(remote, doc):
 
 def test_a_local_backend_whose_batch_raises_fails_its_jobs_not_the_run(remote, doc):
     class Broken(ScriptedBackend):
-        def batch(self, requests, *, on_result=None):
+        def batch(self, requests, *, on_result=None, cancel=None):
             raise BackendConnectionError("engine crashed")
 
     result, _ = run(Broken("scripted/broken"), remote, doc, plan(), final())
@@ -239,7 +249,7 @@ def test_a_zero_budget_is_an_error_before_anything_is_sent(local, remote, budget
     assert not remote.history and isinstance(InputError("x"), ValueError)
 
 
-def test_cancellation_stops_between_batches_and_keeps_finished_jobs(local, remote, doc):
+def test_cancellation_stops_the_batch_and_keeps_finished_jobs(local, remote, doc):
     cancel = CancelToken()
     remote.enqueue(plan())
     finished = []
@@ -252,8 +262,39 @@ def test_cancellation_stops_between_batches_and_keeps_finished_jobs(local, remot
     result = Minions(local, remote, batch_size=2).run("What was revenue?", [doc], events=sink, cancel=cancel)
 
     assert not result.complete and "Cancelled" in result.notes[0]
-    assert len(result.jobs) == 2 == len(local.history) and all(j.ok for j in result.jobs)
+    assert len(local.history) == 1  # the cancel reached the backend inside the batch: the second job never ran
+    assert [j.ok for j in result.jobs] == [True, False] and "cancelled" in (result.jobs[1].error or "")
     assert len(remote.history) == 1
+
+
+def test_cancellation_reaches_inside_a_batch_and_nothing_is_retried(local, remote, doc):
+    cancel = CancelToken()
+    remote.enqueue(plan())
+
+    def sink(event: Event) -> None:
+        if isinstance(event, JobStarted) and event.job_id == 0:
+            return
+        if isinstance(event, JobStarted):
+            cancel.cancel()
+
+    result = Minions(local, remote).run("What was revenue?", [doc], events=sink, cancel=cancel)
+
+    assert not result.complete and "Cancelled" in result.notes[0]
+    assert len(local.history) == 0  # cancelled while the jobs were being started: none ran
+    assert result.jobs and all(not j.ok and j.attempts == 1 and "cancelled" in (j.error or "") for j in result.jobs)
+
+
+def test_jobs_put_first_what_they_share():
+    from minions.chunking import Chunk
+    from minions.protocols.jobs import Job, chunk_first, job_messages
+
+    chunks = [Chunk("d.txt", i, "word " * 400, 0, 2000) for i in range(3)]
+    one_instruction = [Job(i, 1, "Find the revenue.", c) for i, c in enumerate(chunks)]
+    many_instructions = [Job(i, 1, q, chunks[0]) for i, q in enumerate(["Revenue?", "Costs?", "Debt?"])]
+    assert not chunk_first(one_instruction)
+    assert chunk_first(many_instructions)
+    text = job_messages("Revenue?", chunks[0], chunk_first=True)[-1].content
+    assert text.startswith("Excerpt") and text.rstrip().endswith("Instruction: Revenue?")
 
 
 def test_too_many_jobs_fall_back_to_retrieval_with_a_notice(local, remote, doc):

@@ -1,0 +1,183 @@
+"""The local engine: many chat jobs at once on one llama.cpp context, with shared prefixes and grammars.
+
+Why: a Minions round sends the local model dozens of small jobs. One after another, each job pays its own
+prefill, and each decode step reads all the weights to make one token. Here (continuous batching):
+
+- every step decodes one token of each job that is generating, in one ``llama_decode`` call (one pass over
+  the weights for all of them), and computes up to ``n_batch`` prompt tokens of the oldest job still
+  prefilling; a job that finishes frees its sequence and a queued job takes it at the next step;
+- a prompt whose first tokens some sequence already holds (another job's prompt, or a finished prompt kept from
+  an earlier call) starts from a copy of them and computes only the rest; a job that shares a long prefix with
+  a job still prefilling waits for it instead of computing the prefix twice (``backends.engine_slots``);
+- each job samples with its own chain (JSON-schema grammar, greedy or seeded temperature), stops on its own
+  stop strings and token limit, and streams its text through ``on_token(job_index, text)``.
+
+Memory: each of ``max_seqs`` sequences has a KV stream of ``seq_ctx`` cells, so a running job can never run
+out of room or disturb another's; jobs wait for a free sequence. A job too large for ``seq_ctx`` (but within
+``n_ctx``) runs alone afterwards, in a context of ``n_ctx`` cells made when first needed; a prompt beyond
+``n_ctx`` fails alone with ``ContextLengthError``. A cancelled run frees the memory of every job it stopped.
+
+Outputs are those of ``llama_cpp.Llama.create_chat_completion`` run on each job alone, token for token (same
+template, same sampler chain, same stop rules; the per-sequence streams make the arithmetic identical).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from minions.errors import BackendError, ContextLengthError
+from minions.events import CancelToken
+from minions.types import ChatRequest, ChatResult, Message
+
+from .engine_llama import LlamaModel
+from .engine_sched import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
+from .sampling import GrammarCache, TextStream
+
+__all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Totals since the engine was made, and what its KV memory holds now."""
+
+    batches: int
+    jobs: int
+    decode_calls: int
+    prefill_computed: int
+    prefill_reused: int
+    decode_tokens: int
+    cells_used: int
+    """Cells holding tokens: running jobs' and cached prompts'."""
+    cached_prompts: int
+
+
+class Engine:
+    """Continuous batching over llama.cpp. Not thread-safe: callers serialize ``run``."""
+
+    def __init__(
+        self, model_path: str | os.PathLike[str], config: EngineConfig | None = None, *, name: str = ""
+    ) -> None:
+        self.config = c = config or EngineConfig()
+        self.model = LlamaModel(model_path)
+        self.name = name or f"llamacpp/{self.model.path.name}"
+        self.grammars = GrammarCache(self.model)
+        self.lane = Lane(self.model, c, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
+        self._long_lane: Lane | None = None
+        self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
+        self._totals = dict.fromkeys(
+            ("batches", "jobs", "decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"), 0
+        )
+
+    # -- public ------------------------------------------------------------------------------------------
+    def run(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_token: OnToken | None = None,
+        on_result: OnResult | None = None,
+        cancel: CancelToken | None = None,
+        seed: int = 0,
+        trace_tokens: bool = False,
+    ) -> list[ChatResult]:
+        """Run every request; results in request order. A failed job is a ``finish_reason="error"`` result.
+
+        ``seed`` is for requests without one. ``trace_tokens`` adds each job's prompt and sampled token ids (the
+        end-of-generation token included) to its ``stats`` as ``prompt_ids`` and ``token_ids``."""
+        run = Scheduler(self, on_token, on_result, cancel, trace_tokens)
+        try:
+            jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]
+            fits = self.lane.slots.capacity
+            run.execute(self.lane, [j for j in jobs if j.state == "queued" and j.need <= fits])
+            large = [j for j in jobs if j.state == "queued"]
+            if large:  # one at a time, in a context of n_ctx cells (unless cancelled: then they just end)
+                run.execute(self.lane if cancel is not None and cancel.cancelled else self._long(), large)
+        except BaseException:
+            run.abandon()  # a callback raised, or an interrupt: free what the jobs held, then let it go on up
+            raise
+        stats = run.stats()
+        for key in ("decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"):
+            self._totals[key] += getattr(stats, key)
+        self._totals["batches"] += 1
+        self._totals["jobs"] += len(requests)
+        batch = stats.to_dict()
+        results = [j.result for j in jobs]
+        assert all(r is not None for r in results), "every job ends with a result"
+        return [replace(r, stats={**r.stats, "batch": batch}) for r in results if r is not None]
+
+    def tokens(self, messages: Sequence[Message]) -> list[int]:
+        """The prompt tokens of ``messages`` (the model's chat template, ending with the assistant header)."""
+        return self.model.chat_tokens(messages)
+
+    @property
+    def stats(self) -> EngineStats:
+        lanes = [self.lane, *([self._long_lane] if self._long_lane else [])]
+        cached = sum(1 for lane in lanes for s in lane.slots.slots if s.job is None and s.tokens)
+        cells = sum(lane.slots.cells_used for lane in lanes)
+        return EngineStats(**self._totals, cells_used=cells, cached_prompts=cached)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Memory of the KV streams allocated now (the batched context, and the long-job one if made)."""
+        return sum(lane.ctx.kv_bytes for lane in (self.lane, self._long_lane) if lane is not None)
+
+    def clear_cache(self) -> None:
+        """Forget the cached prompts (their cells are freed)."""
+        for lane in (self.lane, self._long_lane):
+            if lane is not None:
+                lane.slots.clear()
+
+    def logits_after(self, tokens: Sequence[int]) -> npt.NDArray[np.float32]:
+        """Next-token logits after ``tokens``, computed alone (for near-tie checks); clears the cached prompts."""
+        self.clear_cache()
+        lane = self.lane if len(tokens) < self.lane.slots.capacity else self._long()
+        slot, batch, n_batch = lane.slots.slots[0], lane.batch, self.config.n_batch
+        idx = 0
+        for start in range(0, len(tokens), n_batch):
+            part = tokens[start : start + n_batch]
+            batch.clear()
+            idx = batch.add(part, start, slot.seq, logits_last=start + len(part) == len(tokens))
+            if lane.ctx.decode(batch) != 0:
+                lane.ctx.seq_rm(slot.seq)
+                raise BackendError("llama_decode failed on a lone sequence.", backend=self.name)
+        out = lane.ctx.logits(idx).copy()
+        lane.ctx.seq_rm(slot.seq)
+        return out
+
+    def close(self) -> None:
+        self.grammars.close()
+        for lane in (self.lane, self._long_lane):
+            if lane is not None:
+                lane.close()
+        self.model.close()
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _long(self) -> Lane:
+        if self._long_lane is None:
+            log.info("making a %d-cell context for jobs larger than %d tokens", self.config.n_ctx, self.config.seq_ctx)
+            self._long_lane = Lane(self.model, self.config, n_seqs=1, seq_ctx=self.config.n_ctx)
+        return self._long_lane
+
+    def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> Job:
+        params = request.params
+        job = Job(index, self.tokens(request.messages), params, params.seed if params.seed is not None else seed)
+        n_ctx, n = self.config.n_ctx, len(job.prompt)
+        if n >= n_ctx:
+            error = ContextLengthError(
+                f"The prompt ({n} tokens) does not fit {self.name}'s context of {n_ctx} tokens: "
+                "use smaller chunks or a larger n_ctx.",
+                backend=self.name,
+            )
+            run.fail(job, error)
+            return job
+        # max_tokens <= 0: up to the context; never past it (as Llama.create_completion truncates)
+        job.max_new = min(params.max_tokens if params.max_tokens > 0 else n_ctx, n_ctx - n)
+        job.text = TextStream([*params.stop, self._eos_text])  # the chat formatter adds the EOS text as a stop
+        return job

@@ -1,0 +1,456 @@
+"""The scheduler of one ``Engine.run`` (see ``backends.engine`` for the whole picture): admission, prefix
+sharing, the decode loop, sampling and endings.
+
+Each step makes at most two ``llama_decode`` calls: one token of every generating job, then one prompt chunk
+of the oldest prefilling job. A prompt is computed in chunks that reproduce, token for token, how
+``Llama.eval`` computes it alone (``chunk_size`` and ``reuse_cap``), so replies equal one-at-a-time replies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from minions.errors import BackendError
+from minions.events import CancelToken
+from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
+
+from .engine_llama import LlamaContext, LlamaModel, TokenBatch
+from .engine_slots import Slot, SlotTable, common_prefix
+from .sampling import SequenceSampler, TextStream
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = [
+    "BatchStats",
+    "EngineConfig",
+    "Job",
+    "Lane",
+    "OnResult",
+    "OnToken",
+    "Scheduler",
+    "chunk_size",
+    "reuse_cap",
+]
+
+log = logging.getLogger(__name__)
+
+OnToken = Callable[[int, str], None]
+OnResult = Callable[[int, ChatResult], None]
+
+# Tokens a job may run past max_tokens: generation goes on while the text ends inside a UTF-8 character.
+_UTF8_SLACK = 4
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    n_ctx: int = 8192
+    """The most one job (prompt and reply) may use, as the context of the high-level ``Llama``."""
+    seq_ctx: int = 2048
+    """KV cells per batched sequence: jobs up to this size run together; larger ones run alone afterwards."""
+    max_seqs: int = 8
+    """Jobs in flight at once. KV memory: max_seqs x seq_ctx cells (23 KB each for SmolLM2-135M)."""
+    n_batch: int = 512
+    """Tokens per ``llama_decode`` call: one per generating job, the rest prompt tokens."""
+    n_threads: int | None = None
+    """CPU threads; None: all cores."""
+    share_prefixes: bool = True
+    """Start from KV of common prompt prefixes. Off: every job computes its whole prompt (a baseline)."""
+    min_copy_gain: int = 16
+    """Copy another sequence's prefix only when it saves this many tokens (a stream copy costs a few)."""
+    min_wait_gain: int = 16
+    """A new job waits for a running job's prefill when that will let it copy this many more tokens."""
+    flash_attn: bool = False
+    """Off, as in the high-level API: on CPU it accumulates in f16, so replies would drift from its replies."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one ``Engine.run`` did. Prefill tokens are prompt tokens: ``computed`` ran through the model,
+    ``reused`` were copied from KV memory; ``decode_tokens`` are generated tokens."""
+
+    jobs: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    decode_calls: int = 0
+    prefill_computed: int = 0
+    prefill_reused: int = 0
+    decode_tokens: int = 0
+    stream_copies: int = 0
+    peak_seqs: int = 0
+    peak_cells: int = 0
+    full_grammar_passes: int = 0
+    seconds: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    """Time in the calls (with their sampling) that decode generating jobs; ``prefill_s`` in prompt calls."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.__slots__}
+
+
+@dataclass(eq=False)
+class Job:
+    index: int
+    prompt: list[int]
+    params: SamplingParams
+    seed: int
+    max_new: int = 0
+    state: str = "queued"  # queued -> (waiting ->) prefill -> decode -> done
+    slot: Slot | None = None
+    n_past: int = 0
+    source: Job | None = None
+    share_len: int = 0
+    reused: int = 0
+    computed: int = 0
+    generated: list[int] = field(default_factory=list)
+    sampled: list[int] = field(default_factory=list)
+    pending: int | None = None
+    sampler: SequenceSampler | None = None
+    text: TextStream = field(default_factory=lambda: TextStream(()))
+    t_admit: float = 0.0
+    t_first: float = 0.0
+    result: ChatResult | None = None
+
+    @property
+    def need(self) -> int:
+        """KV cells the job may fill: its prompt and its whole reply."""
+        return len(self.prompt) + self.max_new + _UTF8_SLACK
+
+
+class Lane:
+    """A context and its sequences: the batched one (max_seqs x seq_ctx), or one sequence of n_ctx for jobs
+    too large for it."""
+
+    def __init__(self, model: LlamaModel, config: EngineConfig, *, n_seqs: int, seq_ctx: int) -> None:
+        self.ctx = LlamaContext(
+            model,
+            seq_ctx=seq_ctx,
+            n_seq_max=n_seqs,
+            n_batch=config.n_batch,
+            n_threads=config.n_threads or os.cpu_count() or 1,
+            flash_attn=config.flash_attn,
+        )
+        self.batch = TokenBatch(model.lib, config.n_batch)
+        self.slots = SlotTable(self.ctx, n_seqs, self.ctx.seq_ctx)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+class Scheduler:
+    """The state of one ``Engine.run``: the lane being worked, its queue and jobs in flight, the counters."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        on_token: OnToken | None,
+        on_result: OnResult | None,
+        cancel: CancelToken | None,
+        trace: bool,
+    ) -> None:
+        self.e = engine
+        self.on_token = on_token
+        self.on_result = on_result
+        self.cancel = cancel
+        self.trace = trace
+        self.lane = engine.lane
+        self.queue: deque[Job] = deque()
+        self.active: list[Job] = []
+        self.times = {"prefill_s": 0.0, "decode_s": 0.0}
+        self.counts: dict[str, int] = {k: 0 for k in BatchStats.__slots__ if k not in (*self.times, "seconds")}
+        self.started = time.perf_counter()
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def execute(self, lane: Lane, jobs: list[Job]) -> None:
+        """Run ``jobs`` on ``lane`` until all are done (or the run is cancelled)."""
+        self.lane = lane
+        if self.e.config.share_prefixes:
+            jobs = sorted(jobs, key=lambda j: j.prompt)  # common prefixes side by side: computed once
+        self.queue.extend(jobs)
+        while self.queue or self.active:
+            if self.cancel is not None and self.cancel.cancelled:
+                self._cancel_all()
+                return
+            self._resolve_waits()
+            self._admit()
+            self._step()
+
+    def _admit(self) -> None:
+        """Start queued jobs on free sequences (a job that cannot start waits in the queue)."""
+        while self.queue:
+            free = self.lane.slots.free()
+            if not free:
+                return
+            job = self.queue.popleft()
+            job.slot = self._choose_slot(job, free)
+            job.slot.job = job
+            job.t_admit = time.perf_counter()
+            job.sampler = self._sampler(job)
+            self.active.append(job)
+            self.counts["peak_seqs"] = max(self.counts["peak_seqs"], len(self.active))
+            source, n = self._wait_target(job)
+            if source is not None:
+                job.state, job.source, job.share_len = "waiting", source, n
+            else:
+                self._place(job)
+
+    def _choose_slot(self, job: Job, free: list[Slot]) -> Slot:
+        # the free sequence that already holds the most of this prompt; else the least recently used one, so
+        # that fresher cached prompts stay
+        return max(free, key=lambda s: (self._reusable(s.tokens, job), -s.last_used))
+
+    def _reusable(self, tokens: Sequence[int], job: Job) -> int:
+        """How much of ``job``'s prompt it can take from ``tokens`` (a sequence's content, or another prompt)."""
+        if not self.e.config.share_prefixes:
+            return 0
+        return reuse_cap(common_prefix(tokens, job.prompt), len(job.prompt), self.e.config.n_batch)
+
+    def _wait_target(self, job: Job) -> tuple[Job | None, int]:
+        """A job still prefilling a prompt that shares much more with ``job`` than any sequence holds now."""
+        if not self.e.config.share_prefixes:
+            return None, 0
+        have = max(self._reusable(s.tokens, job) for s in self.lane.slots.slots)
+        best, best_n = None, have + self.e.config.min_wait_gain
+        for other in self.active:
+            if other is job or other.state not in ("prefill", "waiting"):
+                continue
+            n = self._reusable(other.prompt, job)
+            if n >= best_n and other.n_past < n:
+                best, best_n = other, n
+        return best, best_n if best is not None else 0
+
+    def _place(self, job: Job) -> None:
+        """Start ``job`` from the longest prefix any sequence holds: its own (free), or a copy of another's."""
+        assert job.slot is not None
+        slots, dst = self.lane.slots, job.slot
+        own = self._reusable(dst.tokens, job)
+        src, n = dst, own
+        for s in slots.slots:
+            m = self._reusable(s.tokens, job) if s is not dst else 0
+            if m > n:
+                src, n = s, m
+        if src is not dst and n - own >= self.e.config.min_copy_gain:
+            slots.copy(src, dst, n)
+            slots.touch(src)
+            self.counts["stream_copies"] += 1
+        else:
+            n = own
+            slots.keep(dst, n)
+        job.state, job.source, job.share_len = "prefill", None, 0
+        job.n_past = job.reused = n
+        log.debug("job %d on seq %d reuses %d of %d prompt tokens", job.index, dst.seq, n, len(job.prompt))
+
+    def _resolve_waits(self) -> None:
+        """Waiting jobs whose source has computed the shared prefix (or stopped) start from it."""
+        for job in self.active:
+            src = job.source
+            if job.state == "waiting" and src is not None and (src.n_past >= job.share_len or src.state == "done"):
+                self._place(job)
+
+    def _sampler(self, job: Job) -> SequenceSampler:
+        schema = job.params.json_schema
+        grammar = self.e.grammars.new_sampler(schema) if schema is not None else None
+        return SequenceSampler(self.e.model, job.params, grammar, job.seed)
+
+    def _step(self) -> None:
+        """One step: a decode call with a token of every generating job, then a call with the next prompt chunk
+        of the oldest prefilling job. Two calls, not one, because llama.cpp would put the chunk's first token in
+        a ubatch of one token per sequence (with the generating jobs), and a prompt token computed alone in the
+        middle of a prompt differs in the last bits from the same token computed in a chunk
+        (``tests/backends/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
+        batch = self.lane.batch
+        decoding = sorted((j for j in self.active if j.state == "decode"), key=_seq_of)
+        if decoding:
+            batch.clear()
+            plan = [(j, [j.pending], batch.add([j.pending], j.n_past, _seq_of(j), logits_last=True))
+                    for j in decoding if j.pending is not None]  # fmt: skip
+            self._call(plan, "decode_s")
+        job = next((j for j in self.active if j.state == "prefill"), None)
+        if job is not None:
+            assert job.slot is not None
+            k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.e.config.n_batch)
+            last = job.n_past + k == len(job.prompt)
+            tokens = job.prompt[job.n_past : job.n_past + k]
+            batch.clear()
+            idx = batch.add(tokens, job.n_past, job.slot.seq, logits_last=last)
+            self._call([(job, tokens, idx if last else -1)], "prefill_s")
+
+    def _call(self, plan: list[tuple[Job, list[int], int]], clock: str) -> None:
+        """One ``llama_decode`` of ``plan`` (job, tokens, batch index of the logits to sample or -1), then the
+        bookkeeping and the sampling."""
+        lane = self.lane
+        start = time.perf_counter()
+        rc = lane.ctx.decode(lane.batch)
+        if rc != 0:
+            # 1 (no room: cannot happen, a sequence has room for its job's prompt and reply), 2 (aborted) or
+            # < 0: the jobs of this call fail and their sequences are cleared; the others go on untouched
+            for job, _, _ in plan:
+                self.fail(job, BackendError(f"llama_decode failed ({rc}) on {self.e.name}.", backend=self.e.name))
+            return
+        self.counts["decode_calls"] += 1
+        for job, tokens, _ in plan:
+            assert job.slot is not None
+            job.slot.tokens.extend(tokens)
+            job.n_past += len(tokens)
+            if job.state == "prefill":
+                job.computed += len(tokens)
+        self.counts["peak_cells"] = max(self.counts["peak_cells"], lane.slots.cells_used)
+        for job, _, idx in plan:
+            if idx >= 0:
+                job.pending = None
+                self._next_token(job, lane.ctx.logits(idx))
+        self.times[clock] += time.perf_counter() - start
+
+    # -- tokens and endings ------------------------------------------------------------------------------
+    def _next_token(self, job: Job, logits: npt.NDArray[np.float32]) -> None:
+        e = self.e
+        assert job.sampler is not None
+        if job.state == "prefill":
+            job.state, job.t_first = "decode", time.perf_counter()
+        token = job.sampler.sample(logits)
+        job.sampled.append(token)
+        if token < 0:
+            self.fail(job, BackendError("The grammar allows no next token.", backend=e.name))
+            return
+        if e.model.is_eog(token):
+            self._finish(job, "stop")
+            return
+        job.generated.append(token)
+        stopped = job.text.push(e.model.piece(token))
+        if self.on_token is not None:
+            delta = job.text.delta()
+            if delta:
+                self.on_token(job.index, delta)
+        full = job.n_past + 1 >= self.lane.slots.capacity
+        if stopped:
+            self._finish(job, "stop")
+        elif (not job.text.holding and len(job.generated) >= job.max_new) or full:
+            self._finish(job, "length")
+        else:
+            job.pending = token
+
+    def _finish(self, job: Job, reason: FinishReason, error: BaseException | None = None) -> None:
+        now = time.perf_counter()
+        if self.on_token is not None and reason != "error":
+            rest = job.text.flush()
+            if rest:
+                self.on_token(job.index, rest)
+        admitted = job.t_admit or now
+        first = job.t_first or now
+        stats: dict[str, Any] = {
+            "prefill_computed": job.computed,
+            "prefill_reused": job.reused,
+            "decode_tokens": len(job.generated),
+        }
+        if error is not None:
+            stats["error_type"] = type(error).__name__
+        if self.trace:
+            stats.update(prompt_ids=list(job.prompt), token_ids=list(job.sampled))
+        job.result = ChatResult(
+            text=job.text.text if reason != "error" else "",
+            usage=Usage(len(job.prompt), len(job.generated), job.reused, calls=1, seconds=now - admitted),
+            finish_reason=reason,
+            timings=Timings(total_s=now - admitted, prefill_s=first - admitted, decode_s=now - first),
+            model=self.e.name,
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+            stats=stats,
+        )
+        self._count(job, reason)
+        self._release(job, keep_prompt=reason in ("stop", "length"))
+        if self.on_result is not None:
+            self.on_result(job.index, job.result)
+
+    def fail(self, job: Job, error: BaseException) -> None:
+        log.warning("job %d failed on %s: %s", job.index, self.e.name, error)
+        if job in self.queue:
+            self.queue.remove(job)
+        self._finish(job, "error", error)
+
+    def _count(self, job: Job, reason: FinishReason) -> None:
+        c = self.counts
+        c["jobs"] += 1
+        c["failed"] += reason == "error"
+        c["cancelled"] += reason == "cancelled"
+        c["prefill_computed"] += job.computed
+        c["prefill_reused"] += job.reused
+        c["decode_tokens"] += len(job.generated)
+        if job.sampler is not None:
+            c["full_grammar_passes"] += job.sampler.full_grammar_passes
+
+    def _release(self, job: Job, *, keep_prompt: bool) -> None:
+        """Free the job's sequence. After a reply it keeps the prompt (a cached prefix for later jobs); after an
+        error or a cancellation it keeps nothing."""
+        job.state = "done"
+        if job.sampler is not None:
+            job.sampler.close()
+        slot = job.slot
+        if slot is None:
+            return
+        self._resolve_waits()  # jobs waiting for this one copy what it has first
+        slots = self.lane.slots
+        slots.keep(slot, len(job.prompt) if keep_prompt and self.e.config.share_prefixes else 0)
+        slots.touch(slot)
+        slot.job = None
+        job.slot = None
+        self.active.remove(job)
+
+    def abandon(self) -> None:
+        """Leave the run where it is: every job in flight frees its sequence and its sampler."""
+        for job in list(self.active):
+            self._release(job, keep_prompt=False)
+        self.queue.clear()
+
+    def _cancel_all(self) -> None:
+        for job in [*self.active, *self.queue]:
+            self._finish(job, "cancelled")
+        self.queue.clear()
+
+    def stats(self) -> BatchStats:
+        c, t = self.counts, self.times
+        return BatchStats(
+            **c,
+            seconds=time.perf_counter() - self.started,
+            prefill_s=t["prefill_s"],
+            decode_s=t["decode_s"],
+        )
+
+
+def _seq_of(job: Job) -> int:
+    assert job.slot is not None
+    return job.slot.seq
+
+
+def reuse_cap(shared: int, n: int, n_batch: int) -> int:
+    """How many of a prompt's ``n`` tokens to take from KV memory when ``shared`` are there.
+
+    The rest is computed in chunks that match, token for token, how ``Llama.eval`` computes a whole prompt
+    (chunks of ``n_batch`` from position 0): a token computed in a chunk of one token gets slightly different
+    keys and values than in a longer chunk, so a one-token chunk is allowed only where ``Llama.eval`` has one,
+    the last token when ``n % n_batch == 1``. At least the last token is always computed: its logits start
+    the reply."""
+    if n % n_batch == 1:
+        k = min(shared, n - 1)
+        return n - 3 if k == n - 2 else k  # never leave [n-2] as a chunk of one
+    return min(shared, n - 2)
+
+
+def chunk_size(n: int, done: int, budget: int, n_batch: int) -> int:
+    """The next prompt chunk's size (``done`` of ``n`` computed), under the same rule as ``reuse_cap``."""
+    left = n - done
+    if n % n_batch == 1:
+        if left == 1:
+            return 1
+        k = min(left - 1, budget)  # the last token goes alone, as in Llama.eval
+        return k - 1 if left - 1 - k == 1 else k
+    k = min(left, budget)
+    return k - 1 if left - k == 1 else k
