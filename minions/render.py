@@ -84,31 +84,31 @@ def usage_table(usage: Mapping[str, Usage], models: Mapping[str, str | None], re
         )
 
     for role, u in usage.items():
-        row(role, models.get(role) or "", u)
+        if u.calls or role == "local":
+            row(role, models.get(role) or "", u)
     total = sum(usage.values(), Usage())
     row("total", "", total, style="bold")
-    if remote_only is not None:
+    if not models.get("remote"):
+        table.caption = "no remote model configured: nothing left this device"
+    elif remote_only is not None:
         table.add_section()
         row("remote only (est.)", models.get("remote") or "", remote_only, style="dim")
         saved = remote_only.cost_usd - total.cost_usd
-        table.caption = (
-            f"saved {_fmt_usd(saved)} against sending the documents to the remote model"
-            if models.get("remote")
-            else "no remote model configured: nothing left this device"
-        )
+        table.caption = f"saved {_fmt_usd(saved)} against sending the documents to the remote model"
     return table
 
 
 def print_result(result: Any, *, local_name: str, remote_name: str | None, console: Console | None = None) -> None:
     """Print a protocol's ``RunResult``: the answer, its citations, notes, and the usage table."""
-    out = console or Console(file=sys.stdout)
+    # Piped output gets a wide table rather than rich's 80-column default.
+    out = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
     out.print(result.answer or "[no answer]", markup=False, highlight=False)
     for c in result.citations[:5]:
         out.print(f'  [{c.label}] "{c.text[:160]}"', markup=False, highlight=False)
     for note in result.notes:
         out.print(f"note: {note}", style="yellow", markup=False)
     out.print()
-    models = {"local": local_name, "remote": remote_name or local_name}
+    models = {"local": local_name, "remote": remote_name}
     out.print(usage_table(dict(result.usage), models, result.remote_only_estimate))
 
 
