@@ -34,6 +34,12 @@ class JobSpec(_Strict):
     sections: list[str] = Field(default_factory=list)
     query: str | None = Field(default=None, description="keywords for scope 'retrieve'")
 
+    @field_validator("documents", "sections")
+    @classmethod
+    def _drop_blank_names(cls, names: list[str]) -> list[str]:
+        # Models asked for a list they have no use for often write [""]: that means "no restriction".
+        return [n for n in names if n.strip()]
+
     @model_validator(mode="after")
     def _scope_has_its_argument(self) -> JobSpec:
         if self.scope == "pages" and not self.pages:

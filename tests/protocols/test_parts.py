@@ -128,3 +128,10 @@ def test_a_reply_cut_short_still_gives_its_answer():
         "answer": 'Revenue was $4.2 billion, up 12 percent and the "board" approved'
     }
     assert salvage_fields("no json", ("answer",)) == {}
+
+
+def test_blank_document_and_section_names_mean_no_restriction() -> None:
+    from minions.protocols.schemas import JobSpec
+
+    spec = JobSpec.model_validate({"instruction": "Find revenue.", "documents": [""], "sections": [" "]})
+    assert spec.documents == [] and spec.sections == []
