@@ -143,6 +143,35 @@ def _add_bench_engine_parser(kinds: Any, data_default: str | None) -> None:
     engine.set_defaults(func=cmd_bench_engine)
 
 
+def cmd_bench_speculative(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from minions.backends.speculative.bench import SpecBenchConfig, speculative_bench
+
+    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "n_threads", "k_max")}
+    if args.batches:
+        changes["batches"] = tuple(args.batches)
+    config = replace(SpecBenchConfig(), **{k: v for k, v in changes.items() if v is not None})
+    for line in speculative_bench(args.data, config):
+        print(json.dumps(line), flush=True)
+    return 0
+
+
+def _add_bench_speculative_parser(kinds: Any, data_default: str | None) -> None:
+    from minions.backends.speculative.bench import SpecBenchConfig
+
+    d = SpecBenchConfig()
+    spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
+    spec.add_argument("--data", default=data_default, help="FinanceBench checkout or its pdfs/ folder")
+    spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
+    spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
+    spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
+    spec.add_argument("--batches", type=int, nargs="+", help=f"batch sizes (default {' '.join(map(str, d.batches))})")
+    spec.add_argument("--n-threads", type=int, help="CPU threads (default: all cores)")
+    spec.add_argument("--k-max", type=int, help=f"longest draft (default {d.k_max})")
+    spec.set_defaults(func=cmd_bench_speculative)
+
+
 def _add_bench_parser(sub: Any) -> None:
     from minions.paths import shared_data_dir
 
@@ -158,6 +187,7 @@ def _add_bench_parser(sub: Any) -> None:
     _add_model_options(cost)
     cost.set_defaults(func=cmd_bench_cost)
     _add_bench_engine_parser(kinds, shared_data_dir("financebench"))
+    _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
 
 
 # -- plumbing --------------------------------------------------------------------------------------------
@@ -218,8 +248,9 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Warnings reach the user as the run's notes and the progress display, not as log lines.
     logging.basicConfig(
-        level=logging.DEBUG if args.debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+        level=logging.DEBUG if args.debug else logging.ERROR, format="%(levelname)s %(name)s: %(message)s", force=True
     )
     return _run(args.func, args)
 

@@ -1,0 +1,147 @@
+"""``minions bench speculative``: plain vs speculative decoding through the same decoder, same process.
+
+Settings: ``extraction`` (Minions-style JSON jobs over FinanceBench excerpts, greedy, the engine benchmark's
+job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8. Every
+speculative run starts with fresh drafters (it learns only from the jobs of its own run), so no run gains from
+having seen another run's replies. One JSON line per setting:
+
+- ``plain_tok_s`` / ``spec_tok_s``: generated tokens per second of decode steps (drafting, the verify call and
+  sampling included; prefill excluded), and ``speedup``;
+- ``acceptance`` (accepted / drafted), ``tokens_per_step`` (tokens per decode step of the speculative run),
+  ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(1)`` it chose
+  them with);
+- ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
+  tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams
+
+__all__ = ["SpecBenchConfig", "speculative_bench"]
+
+FREEFORM = (
+    "In two or three sentences, what does the excerpt say about the company's sales or revenue? Quote it.",
+    "In two or three sentences, which risks does the excerpt describe? Quote it.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecBenchConfig:
+    document: str = "3M_2018_10K.pdf"
+    chunks: int = 4
+    chunk_tokens: int = 500
+    jobs_per_chunk: int = 2
+    max_tokens: int = 128
+    batches: tuple[int, ...] = (1, 8)
+    settings: tuple[str, ...] = ("extraction", "freeform")
+    n_threads: int | None = None
+    """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
+    k_max: int = 8
+    tie_eps: float = 1.0
+    """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
+    kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
+
+
+def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatRequest]:
+    from ..engine_bench import INSTRUCTIONS, BenchConfig, bench_jobs
+
+    if setting == "extraction":
+        cfg = BenchConfig(instructions=INSTRUCTIONS[: c.jobs_per_chunk], max_tokens=c.max_tokens)
+        return bench_jobs(chunks, cfg)
+    params = SamplingParams(max_tokens=c.max_tokens)
+    return [ChatRequest([Message("user", f"Excerpt:\n{chunk}\n\n{q}")], params)
+            for chunk in chunks for q in FREEFORM[: c.jobs_per_chunk]]  # fmt: skip
+
+
+def _compare(decoder: Any, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
+    identical, ties, mismatches = 0, 0, 0
+    for ref, got in zip(plain, spec, strict=True):
+        a, b = list(ref.stats["token_ids"]), list(got.stats["token_ids"])
+        if a == b:
+            identical += 1
+            continue
+        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if k is None:
+            mismatches += 1
+            continue
+        logits = decoder.logits_after(ref.stats["prompt_ids"], a[:k])
+        gap = abs(float(logits[a[k]]) - float(logits[b[k]]))
+        ties += gap < eps
+        mismatches += gap >= eps
+    return {"identical_outputs": identical, "near_ties": ties, "mismatches": mismatches}
+
+
+def _tok_s(results: Sequence[ChatResult]) -> tuple[float, dict[str, Any]]:
+    b = results[0].stats["batch"]
+    return b["decode_tokens"] / max(1e-9, b["decode_s"]), b
+
+
+def _by_drafter(results: Sequence[ChatResult]) -> dict[str, float]:
+    drafted: dict[str, int] = {}
+    accepted: dict[str, float] = {}
+    for r in results:
+        for name, n in r.stats["drafted_by_drafter"].items():
+            drafted[name] = drafted.get(name, 0) + n
+            accepted[name] = accepted.get(name, 0.0) + n * r.stats["acceptance_by_drafter"].get(name, 0.0)
+    return {name: round(accepted[name] / n, 3) for name, n in drafted.items() if n}
+
+
+def speculative_bench(
+    data: str | os.PathLike[str] | None, config: SpecBenchConfig | None = None
+) -> list[dict[str, Any]]:
+    """Run every setting at every batch size; one flat dict each (the CLI prints them as JSON lines)."""
+    from ..engine_bench import BenchConfig, find_document, load_chunks
+    from ..quantize import default_local_model
+    from .decoder import SpecConfig, SpecDecoder
+    from .depth import load_or_measure_cost_curve
+
+    c = config or SpecBenchConfig()
+    model_path = default_local_model()
+    decoder = SpecDecoder(model_path, SpecConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
+                                                 persist=False))  # fmt: skip
+    decoder.cost = load_or_measure_cost_curve(decoder.model, n_threads=decoder.n_threads, refresh=True)
+    ratios = decoder.cost.ratios()
+    pdf = find_document(data, c.document)
+    chunks = load_chunks(pdf, decoder.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
+    lines = []
+    try:
+        for setting in c.settings:
+            jobs = _jobs(setting, chunks, c)
+            for batch in c.batches:
+                load = os.getloadavg()[0]
+                start = time.perf_counter()
+                plain = decoder.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
+                decoder.reset_speculator()
+                spec = decoder.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
+                plain_tok_s, _ = _tok_s(plain)
+                spec_tok_s, b = _tok_s(spec)
+                lines.append({
+                    "setting": setting,
+                    "batch": batch,
+                    "plain_tok_s": round(plain_tok_s, 1),
+                    "spec_tok_s": round(spec_tok_s, 1),
+                    "speedup": round(spec_tok_s / plain_tok_s, 3),
+                    "acceptance": b["acceptance"],
+                    "acceptance_by_drafter": _by_drafter(spec),
+                    "tokens_per_step": round(b["decode_tokens"] / max(1, b["decode_steps"]), 3),
+                    **_compare(decoder, plain, spec, c.tie_eps),
+                    "jobs": len(jobs),
+                    "generated_tokens": b["decode_tokens"],
+                    "mean_depth": b["mean_depth"],
+                    "depths": b["depths"],
+                    "cost_ratios": {n: ratios[n] for n in (2, 4, 8, 16) if n in ratios},
+                    "n_threads": decoder.n_threads,
+                    "load_before": round(load, 2),
+                    "load_after": round(os.getloadavg()[0], 2),
+                    "seconds": round(time.perf_counter() - start, 1),
+                })  # fmt: skip
+    finally:
+        decoder.close()
+    return lines

@@ -1,0 +1,228 @@
+"""How much to draft: the machine's cost curve, the drafts' live acceptance, and the choice between them.
+
+A verify call over ``n`` tokens is not free on a CPU (SmolLM2-135M Q4_0 on 2 cores: ``T(4)/T(1) ~ 1.75``), so a
+draft pays only when the tokens it is expected to add outweigh the extra time of the call. With per-token
+acceptance ``a`` (the chance that a draft token is accepted given the ones before it were), a draft of ``k``
+tokens emits ``1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)`` tokens per step (the ``1`` is the token the
+target emits anyway). A batch of sequences shares one call: with draft lengths ``k_i`` it costs
+``T(sum_i (1 + k_i))`` and emits ``sum_i E(a_i, k_i)`` tokens; ``choose_depths`` maximises that ratio, and
+``k_i = 0`` everywhere (plain decoding) is always a candidate, so by the model's own estimate speculation never
+makes a step slower.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from minions.paths import cache_dir
+
+if TYPE_CHECKING:
+    from ..engine_llama import LlamaContext, LlamaModel, TokenBatch
+
+__all__ = [
+    "AcceptanceTracker",
+    "CostCurve",
+    "choose_depths",
+    "expected_tokens",
+    "load_or_measure_cost_curve",
+    "measure_cost_curve",
+]
+
+log = logging.getLogger(__name__)
+
+# Batch sizes (tokens per call) at which T is measured; between them it is interpolated linearly.
+MEASURE_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens one step emits with a draft of ``k`` and per-token acceptance ``a``: ``sum_{i=0..k} a^i``."""
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclass(frozen=True, slots=True)
+class CostCurve:
+    """Seconds of one decode call over ``n`` tokens, measured at ``points`` and interpolated between them."""
+
+    points: tuple[int, ...]
+    seconds: tuple[float, ...]
+
+    def __call__(self, n: int) -> float:
+        i = bisect.bisect_left(self.points, n)
+        if i < len(self.points) and self.points[i] == n:
+            return self.seconds[i]
+        if i == 0:
+            return self.seconds[0]
+        if i == len(self.points):  # beyond the last point: extend the last segment's slope
+            i -= 1
+        x0, x1, y0, y1 = self.points[i - 1], self.points[i], self.seconds[i - 1], self.seconds[i]
+        return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+
+    def ratios(self) -> dict[int, float]:
+        """``T(n) / T(1)``: what the benchmark reports."""
+        return {n: round(s / self.seconds[0], 3) for n, s in zip(self.points, self.seconds, strict=True)}
+
+    def to_dict(self) -> dict[str, list[float] | list[int]]:
+        return {"points": list(self.points), "seconds": list(self.seconds)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Sequence[float]]) -> CostCurve:
+        return cls(tuple(int(p) for p in d["points"]), tuple(float(s) for s in d["seconds"]))
+
+    @classmethod
+    def linear(cls, per_token: float, base: float = 1.0) -> CostCurve:
+        """``T(n) = base + per_token * (n - 1)``, for tests and for a machine not measured yet."""
+        return cls(MEASURE_POINTS, tuple(base + per_token * (n - 1) for n in MEASURE_POINTS))
+
+
+def choose_depths(acceptance: Sequence[float], caps: Sequence[int], cost: CostCurve) -> list[int]:
+    """Draft lengths ``k_i`` (0 included, at most ``caps[i]``, the length of the draft on offer) that maximise
+    ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``.
+
+    Coordinate ascent from plain decoding (all 0): each round sets the one sequence's length whose change raises
+    the ratio most (any length, not just one more token: the measured curve has steps, where one more token
+    does not pay but three do); it stops when no change raises it. Plain decoding is the start, so the result
+    is never worse than plain decoding under the model."""
+    k = [0] * len(acceptance)
+    tokens = float(len(acceptance))  # sum E(a_i, 0): one token per sequence
+    n = len(acceptance)  # tokens in the call
+    best = tokens / cost(n) if n else 0.0
+    while True:
+        pick, pick_k, pick_rate = -1, 0, best * (1 + 1e-9)
+        for i, a in enumerate(acceptance):
+            base_tokens, base_n = tokens - expected_tokens(a, k[i]), n - k[i]
+            for kk in range(caps[i] + 1):
+                rate = (base_tokens + expected_tokens(a, kk)) / cost(base_n + kk)
+                if rate > pick_rate:
+                    pick, pick_k, pick_rate = i, kk, rate
+        if pick < 0:
+            return k
+        a = acceptance[pick]
+        tokens += expected_tokens(a, pick_k) - expected_tokens(a, k[pick])
+        n += pick_k - k[pick]
+        k[pick], best = pick_k, pick_rate
+
+
+@dataclass
+class AcceptanceTracker:
+    """Per-token acceptance as an exponential moving average, per drafter and per sequence.
+
+    A verified draft of length ``k`` with ``m`` accepted is ``m`` successes and, if ``m < k``, one failure (the
+    positions after the first rejection were never tested). A sequence's estimate starts from its drafter's
+    estimate over all sequences (which starts at ``prior``)."""
+
+    alpha: float = 0.3
+    prior: float = 0.5
+    drafters: dict[str, float] = field(default_factory=dict)
+    sequences: dict[tuple[int, str], float] = field(default_factory=dict)
+
+    def get(self, seq: int, drafter: str) -> float:
+        return self.sequences.get((seq, drafter), self.drafters.get(drafter, self.prior))
+
+    def update(self, seq: int, drafter: str, k: int, m: int) -> None:
+        outcomes = [1.0] * m + ([0.0] if m < k else [])
+        self.sequences[(seq, drafter)] = self._ema(self.get(seq, drafter), outcomes)
+        self.drafters[drafter] = self._ema(self.drafters.get(drafter, self.prior), outcomes)
+
+    def _ema(self, a: float, outcomes: Sequence[float]) -> float:
+        for x in outcomes:
+            a += self.alpha * (x - a)  # a <- a + alpha (x - a)
+        return a
+
+    def observe(self, seq: int, drafter: str, draft: Sequence[int], emitted: Sequence[int]) -> None:
+        """Score a proposal against the tokens a step emitted, whether or not it was verified: a draft token
+        would have been accepted exactly when it equals the emitted token at its place (greedy, and
+        sample-and-compare alike). Free, so a drafter left out (depth 0) keeps an estimate and can come back."""
+        n = min(len(draft), len(emitted))
+        m = 0
+        while m < n and draft[m] == emitted[m]:
+            m += 1
+        if n:
+            self.update(seq, drafter, n, m)
+
+    def forget(self, seq: int) -> None:
+        """A sequence ended: its estimates go (its drafters' keep what it taught them)."""
+        for key in [key for key in self.sequences if key[0] == seq]:
+            del self.sequences[key]
+
+
+# -- measuring T(n) ----------------------------------------------------------------------------------------
+def measure_cost_curve(
+    model: LlamaModel,
+    *,
+    n_threads: int,
+    points: Sequence[int] = MEASURE_POINTS,
+    context: int = 384,
+    repeats: int = 7,
+) -> CostCurve:
+    """``T(n)`` for ``n`` tokens of one sequence after a ``context``-token prefix, logits for every token (as a
+    verify call reads them), median of ``repeats`` calls. A few seconds for SmolLM2-135M."""
+    from ..engine_llama import TokenBatch
+    from .context import open_context
+
+    n_max = max(points)
+    ctx = open_context(model, n_seqs=1, seq_ctx=context + n_max + 8, n_batch=max(512, n_max), n_threads=n_threads)
+    batch = TokenBatch(model.lib, max(512, n_max))
+    try:
+        prefix = [(17 * i + 11) % model.n_vocab for i in range(context)]
+        batch.clear()
+        batch.add(prefix, 0, 0, logits_last=True)
+        ctx.decode(batch)
+        for n in (1, n_max, 1, n_max, 1, n_max):  # the first calls build and repack; they take seconds
+            _time_call(ctx, batch, n, context)
+        # rounds over all sizes, not all repeats of one size in a row: a burst of load from another process then
+        # spreads over every size instead of inflating one; the median of each size's calls is kept
+        times: dict[int, list[float]] = {n: [] for n in points}
+        for _ in range(repeats):
+            for n in points:
+                times[n].append(_time_call(ctx, batch, n, context))
+        seconds = [sorted(times[n])[repeats // 2] for n in points]
+    finally:
+        ctx.close()
+    # a noisy machine can make T dip with n; the cost of more tokens is never less
+    monotone = [max(seconds[: i + 1]) for i in range(len(seconds))]
+    return CostCurve(tuple(points), tuple(monotone))
+
+
+def _time_call(ctx: LlamaContext, batch: TokenBatch, n: int, at: int) -> float:
+    """Seconds of one decode of ``n`` tokens at positions ``at...`` of sequence 0, logits for all; then undone."""
+    batch.clear()
+    batch.add([(31 * j + 7) % 1000 for j in range(n)], at, 0, logits_last=False)
+    batch.want[:n] = 1
+    start = time.perf_counter()
+    ctx.decode(batch)
+    seconds = time.perf_counter() - start
+    ctx.seq_rm(0, at, -1)
+    return seconds
+
+
+def _cost_path(model: LlamaModel, n_threads: int) -> Path:
+    st = model.path.stat()
+    key = f"{model.path.stem}-{st.st_size}-t{n_threads}"
+    return cache_dir() / "speculator" / f"cost-{key}.json"
+
+
+def load_or_measure_cost_curve(model: LlamaModel, *, n_threads: int, refresh: bool = False) -> CostCurve:
+    """The cost curve of this model with this many threads, measured once and cached under the cache dir."""
+    path = _cost_path(model, n_threads)
+    if path.is_file() and not refresh:
+        try:
+            return CostCurve.from_dict(json.loads(path.read_text()))
+        except (ValueError, KeyError) as exc:
+            log.warning("ignoring unreadable cost curve %s: %s", path, exc)
+    curve = measure_cost_curve(model, n_threads=n_threads)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(curve.to_dict()))
+    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    log.info("measured T(n)/T(1) for %s: %s", model.path.name, curve.ratios())
+    return curve
