@@ -6,15 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
-
-import jinja2
 
 from minions.backends.base import Backend
 from minions.cost import PriceTable, default_price_table
 from minions.errors import BackendError
 from minions.protocols.channel import priced
+from minions.protocols.prompts import render as render_prompt
 from minions.types import Message, SamplingParams, Usage
 
 from .metrics import parse_yes_no_maybe
@@ -28,20 +26,9 @@ JUDGED_METRICS = ("numeric", "f1")
 JUDGE_MAX_TOKENS = 8
 
 
-@cache
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("minions.evals", "prompts"),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
 def render(name: str, **values: Any) -> str:
-    """Render ``evals/prompts/<name>.j2``; a missing value raises instead of rendering as empty."""
-    return _environment().get_template(f"{name}.j2").render(**values).strip()
+    """Render ``evals/prompts/<name>.j2`` through the project's one prompt loader."""
+    return render_prompt(name, package="minions.evals", **values)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The one way prompts are made: Jinja templates shipped in ``protocols/prompts``, rendered strictly."""
+"""The one way prompts are made: Jinja templates shipped as package data (``protocols/prompts``, and
+``evals/prompts`` for the evaluation's judge), rendered strictly."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ __all__ = ["render"]
 
 
 @cache
-def _environment() -> jinja2.Environment:
+def _environment(package: str) -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("minions.protocols", "prompts"),
+        loader=jinja2.PackageLoader(package, "prompts"),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -22,6 +23,6 @@ def _environment() -> jinja2.Environment:
     )
 
 
-def render(name: str, **values: Any) -> str:
-    """Render ``prompts/<name>.j2``; a missing value raises instead of rendering as empty."""
-    return _environment().get_template(f"{name}.j2").render(**values).strip()
+def render(name: str, *, package: str = "minions.protocols", **values: Any) -> str:
+    """Render ``<package>/prompts/<name>.j2``; a missing value raises instead of rendering as empty."""
+    return _environment(package).get_template(f"{name}.j2").render(**values).strip()
