@@ -26,7 +26,7 @@ import os
 import re
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -195,27 +195,37 @@ def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config
     return replies
 
 
-def compare_replies(engine: Engine, base: Sequence[Reply], batched: Sequence[ChatResult], eps: float) -> dict[str, Any]:
-    """Identical replies (``batched`` ran with ``trace_tokens``); for the others, the logit gap between the two
-    tokens at the first difference, recomputed alone: under ``eps`` it is a near-tie, else a mismatch."""
+def divergence_report(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], logits_after: Callable[[int, int], Any], eps: float
+) -> dict[str, Any]:
+    """Compare reference and candidate token lists. Where they differ, the logit gap between the two tokens at
+    the first difference (``logits_after(i, k)``: pair ``i``'s logits after its first ``k`` shared tokens) says
+    whether it was a near-tie (under ``eps``: the last bits of batched arithmetic) or a real mismatch."""
     identical, gaps = 0, []
-    for ref, got in zip(base, batched, strict=True):
-        mine = list(got.stats["token_ids"])
-        if mine == ref.tokens:
+    for i, (ref, got) in enumerate(pairs):
+        if list(ref) == list(got):
             identical += 1
             continue
-        k = next((i for i, (a, b) in enumerate(zip(mine, ref.tokens, strict=False)) if a != b), None)
+        k = next((j for j, (a, b) in enumerate(zip(ref, got, strict=False)) if a != b), None)
         if k is None:  # one stopped (length) where the other went on: not a token choice
             gaps.append(float("inf"))
             continue
-        logits = engine.logits_after([*got.stats["prompt_ids"], *mine[:k]])
-        gaps.append(abs(float(logits[mine[k]]) - float(logits[ref.tokens[k]])))
+        logits = logits_after(i, k)
+        gaps.append(abs(float(logits[ref[k]]) - float(logits[got[k]])))
     return {
         "identical_outputs": identical,
         "near_ties": sum(g < eps for g in gaps),
         "mismatches": sum(g >= eps for g in gaps),
         "divergence_gaps": [round(g, 5) for g in gaps],
     }
+
+
+def compare_replies(engine: Engine, base: Sequence[Reply], batched: Sequence[ChatResult], eps: float) -> dict[str, Any]:
+    """Identical replies (``batched`` ran with ``trace_tokens``); for the others, the gap recomputed alone."""
+    pairs = [(ref.tokens, list(got.stats["token_ids"])) for ref, got in zip(base, batched, strict=True)]
+    return divergence_report(
+        pairs, lambda i, k: engine.logits_after([*batched[i].stats["prompt_ids"], *pairs[i][0][:k]]), eps
+    )
 
 
 def _peak_rss_mb() -> float:

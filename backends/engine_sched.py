@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = [
+    "UTF8_SLACK",
     "BatchStats",
     "EngineConfig",
     "Job",
@@ -48,7 +49,7 @@ OnToken = Callable[[int, str], None]
 OnResult = Callable[[int, ChatResult], None]
 
 # Tokens a job may run past max_tokens: generation goes on while the text ends inside a UTF-8 character.
-_UTF8_SLACK = 4
+UTF8_SLACK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +125,7 @@ class Job:
     @property
     def need(self) -> int:
         """KV cells the job may fill: its prompt and its whole reply."""
-        return len(self.prompt) + self.max_new + _UTF8_SLACK
+        return len(self.prompt) + self.max_new + UTF8_SLACK
 
 
 class Lane:

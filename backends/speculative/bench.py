@@ -61,21 +61,13 @@ def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatR
 
 
 def _compare(decoder: Any, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
-    identical, ties, mismatches = 0, 0, 0
-    for ref, got in zip(plain, spec, strict=True):
-        a, b = list(ref.stats["token_ids"]), list(got.stats["token_ids"])
-        if a == b:
-            identical += 1
-            continue
-        k = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-        if k is None:
-            mismatches += 1
-            continue
-        logits = decoder.logits_after(ref.stats["prompt_ids"], a[:k])
-        gap = abs(float(logits[a[k]]) - float(logits[b[k]]))
-        ties += gap < eps
-        mismatches += gap >= eps
-    return {"identical_outputs": identical, "near_ties": ties, "mismatches": mismatches}
+    from ..engine_bench import divergence_report
+
+    pairs = [(list(r.stats["token_ids"]), list(g.stats["token_ids"])) for r, g in zip(plain, spec, strict=True)]
+    report = divergence_report(
+        pairs, lambda i, k: decoder.logits_after(plain[i].stats["prompt_ids"], pairs[i][0][:k]), eps
+    )
+    return {key: report[key] for key in ("identical_outputs", "near_ties", "mismatches")}
 
 
 def _tok_s(results: Sequence[ChatResult]) -> tuple[float, dict[str, Any]]:

@@ -45,8 +45,6 @@ __all__ = ["SpecConfig", "SpecDecoder"]
 
 log = logging.getLogger(__name__)
 
-_UTF8_SLACK = 4
-
 
 @dataclass(frozen=True, slots=True)
 class SpecConfig:
