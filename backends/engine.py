@@ -10,15 +10,23 @@ prefill, and each decode step reads all the weights to make one token. Here (con
   an earlier call) starts from a copy of them and computes only the rest; a job that shares a long prefix with
   a job still prefilling waits for it instead of computing the prefix twice (``backends.engine_slots``);
 - each job samples with its own chain (JSON-schema grammar, greedy or seeded temperature), stops on its own
-  stop strings and token limit, and streams its text through ``on_token(job_index, text)``.
+  stop strings and token limit, and streams its text through ``on_token(job_index, text)``;
+- with ``speculate`` (the default), each generating job's step carries a draft of the tokens that may come
+  next (``backends.speculative``: its own text, replies seen before, the JSON skeleton of its schema), verified
+  in the same call; the job keeps the tokens its own sampler confirms, so the reply is the one plain decoding
+  gives, token for token, in fewer steps.
 
 Memory: each of ``max_seqs`` sequences has a KV stream of ``seq_ctx`` cells, so a running job can never run
 out of room or disturb another's; jobs wait for a free sequence. A job too large for ``seq_ctx`` (but within
 ``n_ctx``) runs alone afterwards, in a context of ``n_ctx`` cells made when first needed; a prompt beyond
 ``n_ctx`` fails alone with ``ContextLengthError``. A cancelled run frees the memory of every job it stopped.
 
-Outputs are those of ``llama_cpp.Llama.create_chat_completion`` run on each job alone, token for token (same
-template, same sampler chain, same stop rules; the per-sequence streams make the arithmetic identical).
+Outputs: with ``speculate=False``, those of ``llama_cpp.Llama.create_chat_completion`` run on each job alone,
+token for token (same template, same sampler chain, same stop rules; the per-sequence streams make the
+arithmetic identical). Speculation keeps the tokens the job's own sampler picks, so its replies are plain
+decoding's too, except where plain decoding's top two tokens are within rounding of each other: llama.cpp's CPU
+kernels compute a call over several tokens of one sequence in another order than a call over one, which moves
+logits by up to ~1 (``EngineConfig.flash_attn`` makes it exact for sequences under 512 cells).
 """
 
 from __future__ import annotations
@@ -31,13 +39,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from minions.errors import BackendError, ContextLengthError
+from minions.errors import BackendError, ConfigError, ContextLengthError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message
 
 from .engine_llama import LlamaModel
 from .engine_sched import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
 from .sampling import GrammarCache, TextStream
+from .speculative.depth import CostCurve, load_or_measure_cost_curve
+from .speculative.drafters import Drafter, DraftModel
+from .speculative.speculator import Speculator, default_drafters
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken"]
 
@@ -72,6 +83,7 @@ class Engine:
         self.lane = Lane(self.model, c, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
         self._long_lane: Lane | None = None
         self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
+        self.speculator: Speculator | None = self._speculator() if c.speculate else None
         self._totals = dict.fromkeys(
             ("batches", "jobs", "decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"), 0
         )
@@ -86,12 +98,19 @@ class Engine:
         cancel: CancelToken | None = None,
         seed: int = 0,
         trace_tokens: bool = False,
+        speculate: bool | None = None,
+        max_active: int | None = None,
     ) -> list[ChatResult]:
         """Run every request; results in request order. A failed job is a ``finish_reason="error"`` result.
 
         ``seed`` is for requests without one. ``trace_tokens`` adds each job's prompt and sampled token ids (the
-        end-of-generation token included) to its ``stats`` as ``prompt_ids`` and ``token_ids``."""
-        run = Scheduler(self, on_token, on_result, cancel, trace_tokens)
+        end-of-generation token included) to its ``stats`` as ``prompt_ids`` and ``token_ids``. ``speculate``:
+        None follows the config; False decodes plainly (a baseline). ``max_active`` caps the jobs in flight
+        (the batch size; default ``max_seqs``)."""
+        if speculate and self.speculator is None:
+            raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
+        spec = self.speculator if speculate is None or speculate else None
+        run = Scheduler(self, on_token, on_result, cancel, trace_tokens, speculator=spec, max_active=max_active)
         try:
             jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]
             fits = self.lane.slots.capacity
@@ -102,6 +121,9 @@ class Engine:
         except BaseException:
             run.abandon()  # a callback raised, or an interrupt: free what the jobs held, then let it go on up
             raise
+        finally:
+            if spec is not None:
+                spec.save()
         stats = run.stats()
         for key in ("decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"):
             self._totals[key] += getattr(stats, key)
@@ -152,6 +174,8 @@ class Engine:
         return out
 
     def close(self) -> None:
+        if self.speculator is not None:
+            self.speculator.close()
         self.grammars.close()
         for lane in (self.lane, self._long_lane):
             if lane is not None:
@@ -159,6 +183,18 @@ class Engine:
         self.model.close()
 
     # -- internals ---------------------------------------------------------------------------------------
+    def _speculator(self) -> Speculator:
+        c = self.config
+        n_threads = c.n_threads or os.cpu_count() or 1
+        drafters: list[Drafter] = default_drafters(self.model.path, persist=c.learn_drafts)
+        if c.draft_model:
+            drafters.append(DraftModel(c.draft_model, n_seqs=c.max_seqs, seq_ctx=c.seq_ctx, n_threads=n_threads))
+
+        def cost() -> CostCurve:
+            return load_or_measure_cost_curve(self.model, n_threads=n_threads, flash_attn=c.flash_attn)
+
+        return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth)
+
     def _long(self) -> Lane:
         if self._long_lane is None:
             log.info("making a %d-cell context for jobs larger than %d tokens", self.config.n_ctx, self.config.seq_ctx)

@@ -8,7 +8,8 @@ instruction across chunks.
 
 Baseline (``baseline="highlevel"``): ``llama_cpp.Llama.create_chat_completion`` per job after ``reset()``,
 exactly what ``LlamaCppBackend`` did before the engine. ``baseline="engine"``: the engine with one sequence and
-no prefix sharing. Reported:
+no prefix sharing. Speculative decoding is off in both (``speculate``), so that the batched replies can be
+compared with the baseline's token for token. Reported:
 
 - ``sequential_s`` / ``batched_s`` and ``speedup``, measured in one process one after the other;
 - ``decode_tok_s_*``: generated tokens per second of decoding (sequential: after each job's first token;
@@ -88,6 +89,8 @@ class BenchConfig:
     n_ctx: int = 8192
     repeats: int = 2
     """Batched runs (the first is timed; all report memory, to show it does not grow)."""
+    speculate: bool = False
+    """Off: this benchmark measures batching (``minions bench speculative`` measures speculation)."""
     tie_eps: float = 0.05
     """Logit gap under which two tokens count as tied (batched and single-sequence arithmetic differ)."""
 
@@ -186,7 +189,8 @@ def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config
     """Each job alone through the engine: one sequence, no prefix sharing."""
     from .engine import Engine, EngineConfig
 
-    engine = Engine(model_path, EngineConfig(n_ctx=config.n_ctx, max_seqs=1, share_prefixes=False))
+    engine = Engine(model_path, EngineConfig(n_ctx=config.n_ctx, max_seqs=1, share_prefixes=False,
+                                                speculate=config.speculate))  # fmt: skip
     replies = []
     for req in requests:
         r = engine.run([req], trace_tokens=True)[0]
@@ -260,7 +264,7 @@ def engine_bench(data: str | os.PathLike[str] | None, config: BenchConfig | None
     peak_sequential = _peak_rss_mb()
 
     # made after the baseline is freed, so that peak_rss_mb is the larger of the two, not their sum
-    engine = Engine(model_path, EngineConfig(n_ctx=c.n_ctx, max_seqs=c.max_seqs))
+    engine = Engine(model_path, EngineConfig(n_ctx=c.n_ctx, max_seqs=c.max_seqs, speculate=c.speculate))
     runs, memory = [], []
     for _ in range(max(1, c.repeats)):
         engine.clear_cache()  # every run starts cold: no prefixes kept from the one before

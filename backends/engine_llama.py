@@ -178,7 +178,8 @@ class TokenBatch:
 
 
 class LlamaContext:
-    """One llama.cpp context of ``n_seq_max`` sequences, each with its own KV stream of ``seq_ctx`` cells."""
+    """One llama.cpp context of ``n_seq_max`` sequences, each with its own KV stream of ``seq_ctx`` cells, and
+    logits for up to ``n_outputs`` tokens per call (default: one per sequence)."""
 
     def __init__(
         self,
@@ -189,6 +190,7 @@ class LlamaContext:
         n_batch: int,
         n_threads: int,
         flash_attn: bool = False,
+        n_outputs: int | None = None,
     ) -> None:
         lib = self.lib = model.lib
         self.model = model
@@ -197,14 +199,17 @@ class LlamaContext:
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_seq_max = n_seq_max
-        # logits are read for at most one token per sequence per call; the default (n_batch rows of n_vocab
-        # floats) would reserve 100 MB for SmolLM2's 49152-token vocabulary
-        params.n_outputs_max = n_seq_max
+        # rows of logits one call may return: plain decoding reads one per sequence, a speculative verify call
+        # one per token it checks; the default (n_batch rows of n_vocab floats) would reserve 100 MB for
+        # SmolLM2's 49152-token vocabulary
+        params.n_outputs_max = n_outputs or n_seq_max
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.kv_unified = False  # a stream per sequence: batched results equal single-sequence results
         params.no_perf = True
-        # As the high-level Llama (flash_attn=False): flash attention on CPU accumulates in f16 and changes logits
+        # Off as in the high-level Llama, whose replies the plain engine reproduces. On, each query row's
+        # attention is computed on its own, so a call over several tokens of one sequence (speculative
+        # verification) gives bit for bit the logits of one call per token; off, it does not (up to ~1 logit)
         params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if n_seq_max > lib.llama_max_parallel_sequences():
             raise ConfigError(

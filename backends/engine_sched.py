@@ -26,6 +26,8 @@ from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usa
 from .engine_llama import LlamaContext, LlamaModel, TokenBatch
 from .engine_slots import Slot, SlotTable, common_prefix
 from .sampling import SequenceSampler, TextStream
+from .speculative.rules import sample_compare
+from .speculative.speculator import NO_DRAFT, Draft, DraftStats, Speculator
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -71,7 +73,22 @@ class EngineConfig:
     min_wait_gain: int = 16
     """A new job waits for a running job's prefill when that will let it copy this many more tokens."""
     flash_attn: bool = False
-    """Off, as in the high-level API: on CPU it accumulates in f16, so replies would drift from its replies."""
+    """Off, as in the high-level API, whose replies the plain engine reproduces token for token. (On, a verify
+    call's logits equal one-token calls' exactly while a sequence holds under 512 cells; beyond that, and always
+    with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
+    ~1 logit.)"""
+    speculate: bool = True
+    """Speculative decoding of generating jobs (``backends.speculative``): lossless (every token is the one the
+    job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve
+    and the drafts' live acceptance, down to no drafts at all."""
+    k_max: int = 8
+    """The longest draft verified in one step."""
+    draft_depth: int | None = None
+    """A fixed draft length (tests and experiments); None: adaptive."""
+    draft_model: str | None = None
+    """A second, smaller GGUF with the same vocabulary, used as one more drafter."""
+    learn_drafts: bool = True
+    """Keep the speculator's trace caches (n-grams of accepted replies) under ``cache_dir()/speculator``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +107,14 @@ class BatchStats:
     peak_seqs: int = 0
     peak_cells: int = 0
     full_grammar_passes: int = 0
+    decode_steps: int = 0
+    """Decode calls over generating jobs; each verifies every job's draft (if any)."""
+    verify_tokens: int = 0
+    """Tokens in those calls: one per job and step, plus the drafts."""
+    drafted: int = 0
+    accepted: int = 0
+    depths: dict[int, int] = field(default_factory=dict)
+    """How often each draft length was chosen."""
     seconds: float = 0.0
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -118,6 +143,7 @@ class Job:
     pending: int | None = None
     sampler: SequenceSampler | None = None
     text: TextStream = field(default_factory=lambda: TextStream(()))
+    drafts: DraftStats = field(default_factory=DraftStats)
     t_admit: float = 0.0
     t_first: float = 0.0
     result: ChatResult | None = None
@@ -140,6 +166,7 @@ class Lane:
             n_batch=config.n_batch,
             n_threads=config.n_threads or os.cpu_count() or 1,
             flash_attn=config.flash_attn,
+            n_outputs=n_seqs * (1 + config.k_max) if config.speculate else n_seqs,
         )
         self.batch = TokenBatch(model.lib, config.n_batch)
         self.slots = SlotTable(self.ctx, n_seqs, self.ctx.seq_ctx)
@@ -158,8 +185,13 @@ class Scheduler:
         on_result: OnResult | None,
         cancel: CancelToken | None,
         trace: bool,
+        *,
+        speculator: Speculator | None = None,
+        max_active: int | None = None,
     ) -> None:
         self.e = engine
+        self.spec = speculator
+        self.max_active = max_active or engine.config.max_seqs
         self.on_token = on_token
         self.on_result = on_result
         self.cancel = cancel
@@ -168,7 +200,10 @@ class Scheduler:
         self.queue: deque[Job] = deque()
         self.active: list[Job] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
-        self.counts: dict[str, int] = {k: 0 for k in BatchStats.__slots__ if k not in (*self.times, "seconds")}
+        self.counts: dict[str, int] = {
+            k: 0 for k in BatchStats.__slots__ if k not in (*self.times, "seconds", "depths")
+        }
+        self.depths: dict[int, int] = {}
         self.started = time.perf_counter()
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -190,13 +225,15 @@ class Scheduler:
         """Start queued jobs on free sequences (a job that cannot start waits in the queue)."""
         while self.queue:
             free = self.lane.slots.free()
-            if not free:
+            if not free or len(self.active) >= self.max_active:
                 return
             job = self.queue.popleft()
             job.slot = self._choose_slot(job, free)
             job.slot.job = job
             job.t_admit = time.perf_counter()
             job.sampler = self._sampler(job)
+            if self.spec is not None:
+                self.spec.start(job.slot.seq, job.params.json_schema)
             self.active.append(job)
             self.counts["peak_seqs"] = max(self.counts["peak_seqs"], len(self.active))
             source, n = self._wait_target(job)
@@ -264,81 +301,132 @@ class Scheduler:
         return SequenceSampler(self.e.model, job.params, grammar, job.seed)
 
     def _step(self) -> None:
-        """One step: a decode call with a token of every generating job, then a call with the next prompt chunk
-        of the oldest prefilling job. Two calls, not one, because llama.cpp would put the chunk's first token in
-        a ubatch of one token per sequence (with the generating jobs), and a prompt token computed alone in the
-        middle of a prompt differs in the last bits from the same token computed in a chunk
-        (``tests/backends/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
-        batch = self.lane.batch
-        decoding = sorted((j for j in self.active if j.state == "decode"), key=_seq_of)
+        """One step: a decode call with a token (and its draft) of every generating job, then a call with the
+        next prompt chunk of the oldest prefilling job. Two calls, not one, because llama.cpp would put the
+        chunk's first token in a ubatch of one token per sequence (with the generating jobs), and a prompt token
+        computed alone in the middle of a prompt differs in the last bits from the same token computed in a
+        chunk (``tests/backends/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
+        decoding = sorted((j for j in self.active if j.state == "decode" and j.pending is not None), key=_seq_of)
         if decoding:
-            batch.clear()
-            plan = [(j, [j.pending], batch.add([j.pending], j.n_past, _seq_of(j), logits_last=True))
-                    for j in decoding if j.pending is not None]  # fmt: skip
-            self._call(plan, "decode_s")
+            self._decode(decoding)
         job = next((j for j in self.active if j.state == "prefill"), None)
         if job is not None:
-            assert job.slot is not None
-            k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.e.config.n_batch)
-            last = job.n_past + k == len(job.prompt)
-            tokens = job.prompt[job.n_past : job.n_past + k]
-            batch.clear()
-            idx = batch.add(tokens, job.n_past, job.slot.seq, logits_last=last)
-            self._call([(job, tokens, idx if last else -1)], "prefill_s")
+            self._prefill(job)
 
-    def _call(self, plan: list[tuple[Job, list[int], int]], clock: str) -> None:
-        """One ``llama_decode`` of ``plan`` (job, tokens, batch index of the logits to sample or -1), then the
-        bookkeeping and the sampling."""
-        lane = self.lane
+    def _prefill(self, job: Job) -> None:
+        assert job.slot is not None
+        batch, start = self.lane.batch, time.perf_counter()
+        k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.e.config.n_batch)
+        last = job.n_past + k == len(job.prompt)
+        tokens = job.prompt[job.n_past : job.n_past + k]
+        batch.clear()
+        idx = batch.add(tokens, job.n_past, job.slot.seq, logits_last=last)
+        if self._call([(job, tokens)]):
+            job.computed += len(tokens)
+            if last:
+                job.state, job.t_first = "decode", time.perf_counter()
+                self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
+        self.times["prefill_s"] += time.perf_counter() - start
+
+    def _decode(self, jobs: list[Job]) -> None:
+        """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
+        logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
         start = time.perf_counter()
+        drafts = self._drafts(jobs) if self.spec is not None else [NO_DRAFT] * len(jobs)
+        batch = self.lane.batch
+        batch.clear()
+        plan, rows = [], []
+        for job, draft in zip(jobs, drafts, strict=True):
+            assert job.pending is not None
+            tokens = [job.pending, *draft.tokens]
+            last = batch.add(tokens, job.n_past, _seq_of(job), logits_last=True)
+            batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
+            plan.append((job, tokens))
+            rows.append(last - len(draft.tokens))
+            self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
+        if self._call(plan):
+            self.counts["decode_steps"] += 1
+            self.counts["verify_tokens"] += batch.n
+            for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
+                self._verify(job, draft, row)
+        self.times["decode_s"] += time.perf_counter() - start
+
+    def _drafts(self, jobs: list[Job]) -> list[Draft]:
+        assert self.spec is not None
+        share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
+        return self.spec.propose([
+            (_seq_of(j), [*j.prompt, *j.generated],
+             min(share, self.lane.slots.capacity - j.n_past - 1, j.max_new - len(j.generated)))
+            for j in jobs
+        ])  # fmt: skip
+
+    def _verify(self, job: Job, draft: Draft, row: int) -> None:
+        """Emit the job's own sampler's tokens while they equal the draft (``rules.sample_compare``: lossless
+        for greedy and seeded sampling alike), then drop the cells of the rejected draft tokens."""
+        logits, seq = self.lane.ctx.logits, _seq_of(job)
+        n_held = job.n_past - len(draft.tokens)  # the cells that hold confirmed tokens: up to the pending one
+        accepted, emitted = sample_compare(draft.tokens, lambda i: self._sample(job, logits(row + i)),
+                                           lambda token: self._emit(job, token))  # fmt: skip
+        job.drafts.record(draft, accepted, len(emitted))
+        if self.spec is not None:
+            self.spec.learn(seq, draft, emitted, ended=job.state != "decode")
+        if job.state == "decode" and accepted < len(draft.tokens):
+            assert job.slot is not None
+            job.n_past = n_held + accepted
+            self.lane.slots.keep(job.slot, job.n_past)  # rollback: the rejected drafts' cells go
+
+    def _call(self, plan: list[tuple[Job, list[int]]]) -> bool:
+        """One ``llama_decode`` of the batch (``plan``: each job and its tokens in it); the sequences' records
+        follow. False when it failed: then its jobs failed, and the others go on untouched."""
+        lane = self.lane
         rc = lane.ctx.decode(lane.batch)
         if rc != 0:
             # 1 (no room: cannot happen, a sequence has room for its job's prompt and reply), 2 (aborted) or
-            # < 0: the jobs of this call fail and their sequences are cleared; the others go on untouched
-            for job, _, _ in plan:
+            # < 0: the jobs of this call fail and their sequences are cleared
+            for job, _ in plan:
                 self.fail(job, BackendError(f"llama_decode failed ({rc}) on {self.e.name}.", backend=self.e.name))
-            return
+            return False
         self.counts["decode_calls"] += 1
-        for job, tokens, _ in plan:
+        for job, tokens in plan:
             assert job.slot is not None
             job.slot.tokens.extend(tokens)
             job.n_past += len(tokens)
-            if job.state == "prefill":
-                job.computed += len(tokens)
         self.counts["peak_cells"] = max(self.counts["peak_cells"], lane.slots.cells_used)
-        for job, _, idx in plan:
-            if idx >= 0:
-                job.pending = None
-                self._next_token(job, lane.ctx.logits(idx))
-        self.times[clock] += time.perf_counter() - start
+        return True
 
     # -- tokens and endings ------------------------------------------------------------------------------
-    def _next_token(self, job: Job, logits: npt.NDArray[np.float32]) -> None:
-        e = self.e
+    def _sample(self, job: Job, logits: npt.NDArray[np.float32]) -> int:
         assert job.sampler is not None
-        if job.state == "prefill":
-            job.state, job.t_first = "decode", time.perf_counter()
         token = job.sampler.sample(logits)
         job.sampled.append(token)
+        return token
+
+    def _emit(self, job: Job, token: int) -> bool:
+        """The job's next token: True when the reply goes on (it is then the pending token), False when it
+        ended (end of generation, a stop string, the length limit, a grammar dead end)."""
+        e = self.e
+        job.pending = None
         if token < 0:
             self.fail(job, BackendError("The grammar allows no next token.", backend=e.name))
-            return
+            return False
         if e.model.is_eog(token):
             self._finish(job, "stop")
-            return
+            return False
         job.generated.append(token)
         stopped = job.text.push(e.model.piece(token))
         if self.on_token is not None:
             delta = job.text.delta()
             if delta:
                 self.on_token(job.index, delta)
-        full = job.n_past + 1 >= self.lane.slots.capacity
+        full = len(job.prompt) + len(job.generated) >= self.lane.slots.capacity
         if stopped:
             self._finish(job, "stop")
         elif (not job.text.holding and len(job.generated) >= job.max_new) or full:
             self._finish(job, "length")
         else:
             job.pending = token
+            return True
+        return False
 
     def _finish(self, job: Job, reason: FinishReason, error: BaseException | None = None) -> None:
         now = time.perf_counter()
@@ -352,6 +440,7 @@ class Scheduler:
             "prefill_computed": job.computed,
             "prefill_reused": job.reused,
             "decode_tokens": len(job.generated),
+            **job.drafts.to_dict(),
         }
         if error is not None:
             stats["error_type"] = type(error).__name__
@@ -385,6 +474,8 @@ class Scheduler:
         c["prefill_computed"] += job.computed
         c["prefill_reused"] += job.reused
         c["decode_tokens"] += len(job.generated)
+        c["drafted"] += sum(job.drafts.drafted.values())
+        c["accepted"] += sum(job.drafts.accepted.values())
         if job.sampler is not None:
             c["full_grammar_passes"] += job.sampler.full_grammar_passes
 
@@ -398,6 +489,8 @@ class Scheduler:
         if slot is None:
             return
         self._resolve_waits()  # jobs waiting for this one copy what it has first
+        if self.spec is not None:  # drafters learn from a reply, not from an error or a cancelled one
+            self.spec.finish(slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt))
         slots = self.lane.slots
         slots.keep(slot, len(job.prompt) if keep_prompt and self.e.config.share_prefixes else 0)
         slots.touch(slot)
@@ -420,6 +513,7 @@ class Scheduler:
         c, t = self.counts, self.times
         return BatchStats(
             **c,
+            depths=dict(sorted(self.depths.items())),
             seconds=time.perf_counter() - self.started,
             prefill_s=t["prefill_s"],
             decode_s=t["decode_s"],

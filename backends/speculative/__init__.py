@@ -4,8 +4,9 @@
 - ``drafters``: context lookup, the persistent trace cache, the per-schema (grammar) trace, a draft model;
 - ``depth``: the measured cost curve ``T(n)``, acceptance tracking, and the draft length that maximises
   expected tokens per second;
-- ``decoder``: a batched llama.cpp decoder that verifies every sequence's draft in one call per step and rolls
-  back rejected tokens' KV cells;
+- ``speculator``: what the engine (``backends.engine_sched``) asks each decode step: a draft per generating
+  sequence, cut to the depth that pays; the engine verifies every draft in its one call per step and rolls
+  back the rejected tokens' KV cells;
 - ``bench``: ``minions bench speculative``.
 """
 
@@ -21,18 +22,23 @@ from .rules import (
     residual,
     sample_compare,
 )
+from .speculator import Draft, DraftStats, Speculator, default_drafters
 
 __all__ = [
     "AcceptanceTracker",
     "ContextLookup",
     "CostCurve",
+    "Draft",
     "DraftModel",
+    "DraftStats",
     "Drafter",
     "ScriptedDrafter",
+    "Speculator",
     "TraceCache",
     "chi_square",
     "chi_square_critical",
     "choose_depths",
+    "default_drafters",
     "expected_tokens",
     "greedy_accept",
     "load_or_measure_cost_curve",

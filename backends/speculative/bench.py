@@ -1,9 +1,10 @@
-"""``minions bench speculative``: plain vs speculative decoding through the same decoder, same process.
+"""``minions bench speculative``: plain vs speculative decoding through the same engine, same process.
 
 Settings: ``extraction`` (Minions-style JSON jobs over FinanceBench excerpts, greedy, the engine benchmark's
-job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8. Every
-speculative run starts with fresh drafters (it learns only from the jobs of its own run), so no run gains from
-having seen another run's replies. One JSON line per setting:
+job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8, through
+one ``Engine`` (``run(speculate=False)`` is the baseline). Every speculative run starts with fresh drafters (it
+learns only from the jobs of its own run), so no run gains from having seen another run's replies, and every
+run starts with no cached prompts. One JSON line per setting:
 
 - ``plain_tok_s`` / ``spec_tok_s``: generated tokens per second of decode steps (drafting, the verify call and
   sampling included; prefill excluded), and ``speedup``;
@@ -20,9 +21,12 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
+
+if TYPE_CHECKING:
+    from ..engine import Engine
 
 __all__ = ["SpecBenchConfig", "speculative_bench"]
 
@@ -60,12 +64,12 @@ def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatR
             for chunk in chunks for q in FREEFORM[: c.jobs_per_chunk]]  # fmt: skip
 
 
-def _compare(decoder: Any, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
+def _compare(engine: Engine, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
     from ..engine_bench import divergence_report
 
     pairs = [(list(r.stats["token_ids"]), list(g.stats["token_ids"])) for r, g in zip(plain, spec, strict=True)]
     report = divergence_report(
-        pairs, lambda i, k: decoder.logits_after(plain[i].stats["prompt_ids"], pairs[i][0][:k]), eps
+        pairs, lambda i, k: engine.logits_after([*plain[i].stats["prompt_ids"], *pairs[i][0][:k]]), eps
     )
     return {key: report[key] for key in ("identical_outputs", "near_ties", "mismatches")}
 
@@ -73,6 +77,20 @@ def _compare(decoder: Any, plain: Sequence[ChatResult], spec: Sequence[ChatResul
 def _tok_s(results: Sequence[ChatResult]) -> tuple[float, dict[str, Any]]:
     b = results[0].stats["batch"]
     return b["decode_tokens"] / max(1e-9, b["decode_s"]), b
+
+
+def _emitted(results: Sequence[ChatResult]) -> int:
+    """Tokens emitted by verify steps: all sampled tokens but the first, which the prompt's last chunk gives."""
+    return sum(max(0, len(r.stats["token_ids"]) - 1) for r in results)
+
+
+def _steps(results: Sequence[ChatResult]) -> int:
+    return sum(r.stats["verify_steps"] for r in results)
+
+
+def _mean(depths: dict[int, int]) -> float:
+    steps = sum(depths.values())
+    return round(sum(k * n for k, n in depths.items()) / steps, 3) if steps else 0.0
 
 
 def _by_drafter(results: Sequence[ChatResult]) -> dict[str, float]:
@@ -89,19 +107,22 @@ def speculative_bench(
     data: str | os.PathLike[str] | None, config: SpecBenchConfig | None = None
 ) -> list[dict[str, Any]]:
     """Run every setting at every batch size; one flat dict each (the CLI prints them as JSON lines)."""
+    from ..engine import Engine, EngineConfig
     from ..engine_bench import BenchConfig, find_document, load_chunks
     from ..quantize import default_local_model
-    from .decoder import SpecConfig, SpecDecoder
     from .depth import load_or_measure_cost_curve
 
     c = config or SpecBenchConfig()
-    model_path = default_local_model()
-    decoder = SpecDecoder(model_path, SpecConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
-                                                 persist=False))  # fmt: skip
-    decoder.cost = load_or_measure_cost_curve(decoder.model, n_threads=decoder.n_threads, refresh=True)
-    ratios = decoder.cost.ratios()
+    engine = Engine(default_local_model(), EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
+                                                        learn_drafts=False))  # fmt: skip
+    speculator = engine.speculator
+    assert speculator is not None
+    n_threads = c.n_threads or os.cpu_count() or 1
+    cost = load_or_measure_cost_curve(engine.model, n_threads=n_threads, flash_attn=False, refresh=True)
+    speculator.cost = cost
+    ratios = cost.ratios()
     pdf = find_document(data, c.document)
-    chunks = load_chunks(pdf, decoder.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
+    chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
     lines = []
     try:
         for setting in c.settings:
@@ -109,9 +130,11 @@ def speculative_bench(
             for batch in c.batches:
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
-                plain = decoder.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
-                decoder.reset_speculator()
-                spec = decoder.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
+                engine.clear_cache()
+                plain = engine.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
+                engine.clear_cache()
+                speculator.reset()
+                spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
                 plain_tok_s, _ = _tok_s(plain)
                 spec_tok_s, b = _tok_s(spec)
                 lines.append({
@@ -120,20 +143,20 @@ def speculative_bench(
                     "plain_tok_s": round(plain_tok_s, 1),
                     "spec_tok_s": round(spec_tok_s, 1),
                     "speedup": round(spec_tok_s / plain_tok_s, 3),
-                    "acceptance": b["acceptance"],
+                    "acceptance": round(b["accepted"] / b["drafted"], 3) if b["drafted"] else None,
                     "acceptance_by_drafter": _by_drafter(spec),
-                    "tokens_per_step": round(b["decode_tokens"] / max(1, b["decode_steps"]), 3),
-                    **_compare(decoder, plain, spec, c.tie_eps),
+                    "tokens_per_step": round(_emitted(spec) / max(1, _steps(spec)), 3),
+                    **_compare(engine, plain, spec, c.tie_eps),
                     "jobs": len(jobs),
                     "generated_tokens": b["decode_tokens"],
-                    "mean_depth": b["mean_depth"],
+                    "mean_depth": _mean(b["depths"]),
                     "depths": b["depths"],
                     "cost_ratios": {n: ratios[n] for n in (2, 4, 8, 16) if n in ratios},
-                    "n_threads": decoder.n_threads,
+                    "n_threads": n_threads,
                     "load_before": round(load, 2),
                     "load_after": round(os.getloadavg()[0], 2),
                     "seconds": round(time.perf_counter() - start, 1),
                 })  # fmt: skip
     finally:
-        decoder.close()
+        engine.close()
     return lines

@@ -160,18 +160,21 @@ def measure_cost_curve(
     model: LlamaModel,
     *,
     n_threads: int,
+    flash_attn: bool = True,
     points: Sequence[int] = MEASURE_POINTS,
     context: int = 384,
     repeats: int = 7,
 ) -> CostCurve:
     """``T(n)`` for ``n`` tokens of one sequence after a ``context``-token prefix, logits for every token (as a
-    verify call reads them), median of ``repeats`` calls. A few seconds for SmolLM2-135M."""
-    from ..engine_llama import TokenBatch
-    from .context import open_context
+    verify call reads them), median of ``repeats`` calls, in a context made as the engine makes its own. A few
+    seconds for SmolLM2-135M."""
+    from ..engine_llama import LlamaContext, TokenBatch
 
     n_max = max(points)
-    ctx = open_context(model, n_seqs=1, seq_ctx=context + n_max + 8, n_batch=max(512, n_max), n_threads=n_threads)
-    batch = TokenBatch(model.lib, max(512, n_max))
+    n_batch = max(512, n_max)
+    ctx = LlamaContext(model, seq_ctx=context + n_max + 8, n_seq_max=1, n_batch=n_batch, n_threads=n_threads,
+                       flash_attn=flash_attn, n_outputs=n_max)  # fmt: skip
+    batch = TokenBatch(model.lib, n_batch)
     try:
         prefix = [(17 * i + 11) % model.n_vocab for i in range(context)]
         batch.clear()
@@ -205,24 +208,29 @@ def _time_call(ctx: LlamaContext, batch: TokenBatch, n: int, at: int) -> float:
     return seconds
 
 
-def _cost_path(model: LlamaModel, n_threads: int) -> Path:
+def _cost_path(model: LlamaModel, n_threads: int, flash_attn: bool) -> Path:
     st = model.path.stat()
-    key = f"{model.path.stem}-{st.st_size}-t{n_threads}"
+    key = f"{model.path.stem}-{st.st_size}-t{n_threads}{'-fa' if flash_attn else ''}"
     return cache_dir() / "speculator" / f"cost-{key}.json"
 
 
-def load_or_measure_cost_curve(model: LlamaModel, *, n_threads: int, refresh: bool = False) -> CostCurve:
+def load_or_measure_cost_curve(
+    model: LlamaModel, *, n_threads: int, flash_attn: bool = True, refresh: bool = False
+) -> CostCurve:
     """The cost curve of this model with this many threads, measured once and cached under the cache dir."""
-    path = _cost_path(model, n_threads)
+    path = _cost_path(model, n_threads, flash_attn)
     if path.is_file() and not refresh:
         try:
             return CostCurve.from_dict(json.loads(path.read_text()))
         except (ValueError, KeyError) as exc:
             log.warning("ignoring unreadable cost curve %s: %s", path, exc)
-    curve = measure_cost_curve(model, n_threads=n_threads)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(curve.to_dict()))
-    os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    curve = measure_cost_curve(model, n_threads=n_threads, flash_attn=flash_attn)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(curve.to_dict()))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError as exc:
+        log.warning("could not cache the cost curve at %s: %s", path, exc)
     log.info("measured T(n)/T(1) for %s: %s", model.path.name, curve.ratios())
     return curve

@@ -113,6 +113,7 @@ class TraceCache:
         """Prompt tokens before the reply that count as its first n-grams' history (the assistant header)."""
         self.table: OrderedDict[tuple[Any, ...], tuple[int, ...]] = OrderedDict()
         self._scopes: dict[int, str] = {}
+        self._dirty = False
         if path is not None and path.is_file():
             self._load(path)
 
@@ -139,6 +140,7 @@ class TraceCache:
     def learn(self, tokens: Sequence[int], *, scope: str | None = None, first: int = 0) -> None:
         """Record the continuations after every position from ``first`` on."""
         scope = self.scope if scope is None else scope
+        self._dirty = self._dirty or len(tokens) > max(first, 1)
         for j in range(max(first, 1), len(tokens)):
             cont = tuple(tokens[j : j + self.span])
             for n in self.orders:
@@ -151,14 +153,15 @@ class TraceCache:
 
     # -- persistence -------------------------------------------------------------------------------------
     def save(self) -> None:
-        """Write the table to ``path`` atomically (a temporary file, then ``os.replace``)."""
-        if self.path is None:
+        """Write the table to ``path`` atomically (a temporary file, then ``os.replace``), if it changed."""
+        if self.path is None or not self._dirty:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         rows = [[list(key), list(cont)] for key, cont in self.table.items()]
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"version": 1, "span": self.span, "rows": rows}))
         os.replace(tmp, self.path)
+        self._dirty = False
 
     def _load(self, path: Path) -> None:
         try:
@@ -170,9 +173,10 @@ class TraceCache:
             self.table.clear()
 
     @classmethod
-    def for_model(cls, model_path: Path, **kwargs: Any) -> TraceCache:
-        """The persistent cache of one model: ``cache_dir()/speculator/trace-<model key>.json``."""
-        return cls(path=cache_dir() / "speculator" / f"trace-{model_key(model_path)}.json", **kwargs)
+    def for_model(cls, model_path: Path, *, name: str = "trace", **kwargs: Any) -> TraceCache:
+        """The persistent cache of one model: ``cache_dir()/speculator/<name>-<model key>.json``."""
+        path = cache_dir() / "speculator" / f"{name}-{model_key(model_path)}.json"
+        return cls(name=name, path=path, **kwargs)
 
 
 def model_key(path: Path) -> str:
@@ -211,11 +215,10 @@ class DraftModel:
     name = "draft_model"
 
     def __init__(self, path: str | os.PathLike[str], *, n_seqs: int, seq_ctx: int, n_threads: int) -> None:
-        from ..engine_llama import LlamaModel, TokenBatch
-        from .context import open_context
+        from ..engine_llama import LlamaContext, LlamaModel, TokenBatch
 
         self.model: LlamaModel = LlamaModel(path)
-        self.ctx: LlamaContext = open_context(self.model, n_seqs=n_seqs, seq_ctx=seq_ctx, n_batch=512,
+        self.ctx: LlamaContext = LlamaContext(self.model, seq_ctx=seq_ctx, n_seq_max=n_seqs, n_batch=512,
                                               n_threads=n_threads)  # fmt: skip
         self.batch = TokenBatch(self.model.lib, 512)
         self._held: dict[int, list[int]] = {}

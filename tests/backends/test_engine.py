@@ -48,7 +48,7 @@ def model_path() -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_path: Path) -> Iterator[Engine]:
-    engine = Engine(model_path, EngineConfig(n_ctx=N_CTX, seq_ctx=SEQ_CTX, max_seqs=4))
+    engine = Engine(model_path, EngineConfig(n_ctx=N_CTX, seq_ctx=SEQ_CTX, max_seqs=4, speculate=False))
     yield engine
     engine.close()
 

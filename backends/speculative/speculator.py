@@ -1,0 +1,184 @@
+"""The engine's speculator: each decode step, a draft for every generating sequence, and what the step taught.
+
+The engine (``backends.engine_sched``) asks ``propose`` for drafts, puts ``[pending, d_1 .. d_k]`` of every
+sequence into its one decode call with logits after each token, verifies with ``rules.sample_compare`` and
+rolls back the rejected tokens' cells; then it tells ``learn`` what each sequence emitted. Here:
+
+1. every drafter proposes up to ``room`` tokens for a sequence; the sequence takes the proposal with the most
+   expected tokens ``E(a, len)`` under its acceptance estimate ``a`` for that drafter;
+2. ``choose_depths`` cuts each proposal to the length that maximises the batch's expected tokens per second on
+   this machine's measured cost curve (0 is plain decoding for that sequence);
+3. every drafter's proposal, verified or not, is scored against the emitted tokens, so a drafter that was cut
+   to 0 keeps an estimate and comes back when it starts guessing well.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .depth import AcceptanceTracker, CostCurve, choose_depths, expected_tokens
+from .drafters import ContextLookup, Drafter, TraceCache, schema_key
+
+__all__ = ["Draft", "DraftStats", "Speculator"]
+
+log = logging.getLogger(__name__)
+
+# The persisted trace caches are written at most this often (and when the engine closes).
+SAVE_EVERY_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    drafter: str = ""
+    tokens: tuple[int, ...] = ()
+    offers: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    """Every drafter's proposal this step, to score against what the step emits."""
+
+
+NO_DRAFT = Draft()
+
+
+@dataclass
+class DraftStats:
+    """One job's speculation: tokens drafted and accepted by drafter, and its verify steps."""
+
+    drafted: Counter[str] = field(default_factory=Counter)
+    accepted: Counter[str] = field(default_factory=Counter)
+    steps: int = 0
+    emitted: int = 0
+
+    def record(self, draft: Draft, accepted: int, emitted: int) -> None:
+        self.steps += 1
+        self.emitted += emitted
+        if draft.tokens:
+            self.drafted[draft.drafter] += len(draft.tokens)
+            self.accepted[draft.drafter] += accepted
+
+    def to_dict(self) -> dict[str, Any]:
+        drafted, accepted = sum(self.drafted.values()), sum(self.accepted.values())
+        return {
+            "drafted": drafted,
+            "accepted": accepted,
+            "acceptance": round(accepted / drafted, 4) if drafted else None,
+            "drafted_by_drafter": dict(self.drafted),
+            "acceptance_by_drafter": {k: round(self.accepted[k] / n, 4) for k, n in self.drafted.items() if n},
+            "verify_steps": self.steps,
+            "tokens_per_step": round(self.emitted / self.steps, 3) if self.steps else None,
+        }
+
+
+class Speculator:
+    """Drafters, their live acceptance, and the machine's cost curve (measured on first use, then cached).
+
+    ``depth``: a fixed draft length (tests), else adaptive. ``cost``: a function that measures or loads
+    ``T(n)``, called the first time a draft is on offer."""
+
+    def __init__(
+        self,
+        drafters: Sequence[Drafter],
+        cost: Callable[[], CostCurve],
+        *,
+        k_max: int = 8,
+        depth: int | None = None,
+    ) -> None:
+        self.drafters = list(drafters)
+        self.k_max = k_max
+        self.depth = depth
+        self.tracker = AcceptanceTracker()
+        self._measure = cost
+        self._cost: CostCurve | None = None
+        self._saved = time.monotonic()
+
+    @property
+    def cost(self) -> CostCurve:
+        """``T(n)``: measured (or loaded from the cache) the first time it is needed."""
+        if self._cost is None:
+            self._cost = self._measure()
+        return self._cost
+
+    @cost.setter
+    def cost(self, curve: CostCurve) -> None:
+        self._cost = curve
+
+    def start(self, seq: int, schema: Mapping[str, Any] | None) -> None:
+        """A job starts on ``seq``: drafters with a per-schema scope (the grammar trace) switch to its schema."""
+        for drafter in self.drafters:
+            if isinstance(drafter, TraceCache) and drafter.name == "grammar":
+                drafter.set_scope(seq, schema_key(schema))
+
+    def propose(self, jobs: Sequence[tuple[int, Sequence[int], int]]) -> list[Draft]:
+        """``jobs``: ``(seq, tokens so far, room)`` of each generating sequence; one draft each (maybe empty)."""
+        picks: list[tuple[str, list[int], float, dict[str, list[int]]]] = []
+        for seq, tokens, room in jobs:
+            best: tuple[str, list[int], float] = ("", [], 0.0)
+            offers: dict[str, list[int]] = {}
+            for drafter in self.drafters if room > 0 else ():
+                proposal = offers[drafter.name] = drafter.propose(seq, tokens, min(room, self.k_max))
+                a = self.tracker.get(seq, drafter.name)
+                if proposal and expected_tokens(a, len(proposal)) > expected_tokens(best[2], len(best[1])):
+                    best = (drafter.name, proposal, a)
+            picks.append((*best, offers))
+        if not any(p[1] for p in picks):
+            return [Draft(offers=p[3]) for p in picks]
+        if self.depth is not None:
+            depths = [min(self.depth, len(p[1])) for p in picks]
+        else:
+            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self.cost)
+        return [Draft(name, tuple(tokens[:k]), offers) if k else Draft(offers=offers)
+                for (name, tokens, _, offers), k in zip(picks, depths, strict=True)]  # fmt: skip
+
+    def learn(self, seq: int, draft: Draft, emitted: Sequence[int], *, ended: bool = False) -> None:
+        """Score every drafter's proposal against the tokens the step emitted (``ended``: the job's reply ended
+        in this step and its sequence is already free; its drafters' estimates still learn)."""
+        for name, proposal in draft.offers.items():
+            self.tracker.observe(seq, name, proposal, emitted)
+        if ended:
+            self.tracker.forget(seq)
+
+    def finish(self, seq: int, tokens: Sequence[int], n_prompt: int) -> None:
+        """A job on ``seq`` ended with ``tokens`` (its prompt and, if it has a reply worth learning, the reply)."""
+        for drafter in self.drafters:
+            drafter.finish(seq, tokens, n_prompt)
+        self.tracker.forget(seq)
+
+    def reset(self) -> None:
+        """Forget what was learnt (the trace caches and the acceptance estimates), for a fair benchmark run."""
+        for drafter in self.drafters:
+            if isinstance(drafter, TraceCache):
+                drafter.table.clear()
+        self.tracker = AcceptanceTracker()
+
+    def save(self, *, force: bool = False) -> None:
+        """Persist the trace caches (at most every ``SAVE_EVERY_S`` unless ``force``)."""
+        if not force and time.monotonic() - self._saved < SAVE_EVERY_S:
+            return
+        self._saved = time.monotonic()
+        for drafter in self.drafters:
+            if isinstance(drafter, TraceCache):
+                try:
+                    drafter.save()
+                except OSError as exc:  # a full or read-only cache dir costs the learning, not the run
+                    log.warning("could not save the speculator trace %s: %s", drafter.path, exc)
+
+    def close(self) -> None:
+        self.save(force=True)
+        for drafter in self.drafters:
+            close = getattr(drafter, "close", None)
+            if close is not None:
+                close()
+
+
+def default_drafters(model_path: Any, *, persist: bool) -> list[Drafter]:
+    """Context lookup, the trace cache of this model, and the per-schema (grammar) trace; the two traces are
+    kept under ``cache_dir()/speculator`` when ``persist``."""
+    if persist:
+        trace = TraceCache.for_model(model_path)
+        grammar = TraceCache.for_model(model_path, name="grammar", orders=(3, 2), span=8)
+    else:
+        trace, grammar = TraceCache(), TraceCache(name="grammar", orders=(3, 2), span=8)
+    return [ContextLookup(), trace, grammar]
