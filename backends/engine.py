@@ -46,7 +46,7 @@ from minions.types import ChatRequest, ChatResult, Message
 from .engine_llama import LlamaModel
 from .engine_sched import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
 from .sampling import GrammarCache, TextStream
-from .speculative.depth import CostCurve, load_or_measure_cost_curve
+from .speculative.depth import CostTable, load_or_measure_cost_table
 from .speculative.drafters import Drafter, DraftModel
 from .speculative.speculator import Speculator, default_drafters
 
@@ -190,8 +190,9 @@ class Engine:
         if c.draft_model:
             drafters.append(DraftModel(c.draft_model, n_seqs=c.max_seqs, seq_ctx=c.seq_ctx, n_threads=n_threads))
 
-        def cost() -> CostCurve:
-            return load_or_measure_cost_curve(self.model, n_threads=n_threads, flash_attn=c.flash_attn)
+        def cost() -> CostTable:
+            return load_or_measure_cost_table(self.model, n_threads=n_threads, max_seqs=c.max_seqs,
+                                              flash_attn=c.flash_attn)  # fmt: skip
 
         return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth)
 

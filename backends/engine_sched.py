@@ -344,7 +344,10 @@ class Scheduler:
             plan.append((job, tokens))
             rows.append(last - len(draft.tokens))
             self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
+        called = time.perf_counter()
         if self._call(plan):
+            if self.spec is not None:
+                self.spec.observe_call(len(jobs), batch.n, time.perf_counter() - called)
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += batch.n
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):

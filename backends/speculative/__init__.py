@@ -12,7 +12,14 @@
 
 from __future__ import annotations
 
-from .depth import AcceptanceTracker, CostCurve, choose_depths, expected_tokens, load_or_measure_cost_curve
+from .depth import (
+    AcceptanceTracker,
+    CostCurve,
+    CostTable,
+    choose_depths,
+    expected_tokens,
+    load_or_measure_cost_table,
+)
 from .drafters import ContextLookup, Drafter, DraftModel, ScriptedDrafter, TraceCache
 from .rules import (
     chi_square,
@@ -28,6 +35,7 @@ __all__ = [
     "AcceptanceTracker",
     "ContextLookup",
     "CostCurve",
+    "CostTable",
     "Draft",
     "DraftModel",
     "DraftStats",
@@ -41,7 +49,7 @@ __all__ = [
     "default_drafters",
     "expected_tokens",
     "greedy_accept",
-    "load_or_measure_cost_curve",
+    "load_or_measure_cost_table",
     "rejection_sample",
     "residual",
     "sample_compare",

@@ -7,9 +7,10 @@ learns only from the jobs of its own run), so no run gains from having seen anot
 run starts with no cached prompts. One JSON line per setting:
 
 - ``plain_tok_s`` / ``spec_tok_s``: generated tokens per second of decode steps (drafting, the verify call and
-  sampling included; prefill excluded), and ``speedup``;
+  sampling included; prefill excluded), and ``speedup``: the median of ``repeats`` pairs run in turn (all of
+  them in ``speedups``);
 - ``acceptance`` (accepted / drafted), ``tokens_per_step`` (tokens per decode step of the speculative run),
-  ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(1)`` it chose
+  ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(batch)`` it chose
   them with);
 - ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
   tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
@@ -48,6 +49,8 @@ class SpecBenchConfig:
     n_threads: int | None = None
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = 8
+    repeats: int = 3
+    """Plain and speculative runs per setting, in turn; the line reports the median pair (by speedup)."""
     tie_eps: float = 1.0
     """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
     kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
@@ -110,7 +113,7 @@ def speculative_bench(
     from ..engine import Engine, EngineConfig
     from ..engine_bench import BenchConfig, find_document, load_chunks
     from ..quantize import default_local_model
-    from .depth import load_or_measure_cost_curve
+    from .depth import load_or_measure_cost_table
 
     c = config or SpecBenchConfig()
     engine = Engine(default_local_model(), EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
@@ -118,9 +121,8 @@ def speculative_bench(
     speculator = engine.speculator
     assert speculator is not None
     n_threads = c.n_threads or os.cpu_count() or 1
-    cost = load_or_measure_cost_curve(engine.model, n_threads=n_threads, flash_attn=False, refresh=True)
+    cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
     speculator.cost = cost
-    ratios = cost.ratios()
     pdf = find_document(data, c.document)
     chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
     lines = []
@@ -130,19 +132,25 @@ def speculative_bench(
             for batch in c.batches:
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
-                engine.clear_cache()
-                plain = engine.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
-                engine.clear_cache()
-                speculator.reset()
-                spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
-                plain_tok_s, _ = _tok_s(plain)
-                spec_tok_s, b = _tok_s(spec)
+                runs = []
+                for _ in range(max(1, c.repeats)):  # plain and speculative in turn: a load burst hits both
+                    engine.clear_cache()
+                    plain = engine.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
+                    engine.clear_cache()
+                    speculator.reset()
+                    spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
+                    runs.append((_tok_s(plain)[0], _tok_s(spec)[0], plain, spec))
+                runs.sort(key=lambda r: r[1] / r[0])
+                plain_tok_s, spec_tok_s, plain, spec = runs[len(runs) // 2]  # the median pair by speedup
+                b = spec[0].stats["batch"]
+                curve = cost.at(batch)
                 lines.append({
                     "setting": setting,
                     "batch": batch,
                     "plain_tok_s": round(plain_tok_s, 1),
                     "spec_tok_s": round(spec_tok_s, 1),
                     "speedup": round(spec_tok_s / plain_tok_s, 3),
+                    "speedups": [round(r[1] / r[0], 3) for r in runs],
                     "acceptance": round(b["accepted"] / b["drafted"], 3) if b["drafted"] else None,
                     "acceptance_by_drafter": _by_drafter(spec),
                     "tokens_per_step": round(_emitted(spec) / max(1, _steps(spec)), 3),
@@ -151,7 +159,7 @@ def speculative_bench(
                     "generated_tokens": b["decode_tokens"],
                     "mean_depth": _mean(b["depths"]),
                     "depths": b["depths"],
-                    "cost_ratios": {n: ratios[n] for n in (2, 4, 8, 16) if n in ratios},
+                    "cost_ratios": {n: round(curve(n) / curve(batch), 3) for n in (2 * batch, 4 * batch, 9 * batch)},
                     "n_threads": n_threads,
                     "load_before": round(load, 2),
                     "load_after": round(os.getloadavg()[0], 2),

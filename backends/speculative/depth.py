@@ -1,4 +1,4 @@
-"""How much to draft: the machine's cost curve, the drafts' live acceptance, and the choice between them.
+"""How much to draft: the machine's cost table, the drafts' live acceptance, and the choice between them.
 
 A verify call over ``n`` tokens is not free on a CPU (SmolLM2-135M Q4_0 on 2 cores: ``T(4)/T(1) ~ 1.75``), so a
 draft pays only when the tokens it is expected to add outweigh the extra time of the call. With per-token
@@ -8,6 +8,11 @@ target emits anyway). A batch of sequences shares one call: with draft lengths `
 ``T(sum_i (1 + k_i))`` and emits ``sum_i E(a_i, k_i)`` tokens; ``choose_depths`` maximises that ratio, and
 ``k_i = 0`` everywhere (plain decoding) is always a candidate, so by the model's own estimate speculation never
 makes a step slower.
+
+``T`` depends on how many sequences share the call, not only on its tokens: each sequence has its own KV
+stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
+700-token contexts) one sequence with 8 tokens takes 43 ms, 8 sequences with 1 token each 58 ms, and 8 with 3
+each 136 ms against 96 ms for 24 tokens of one. So ``CostTable`` measures a curve per number of sequences.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from minions.paths import cache_dir
 
@@ -30,15 +35,16 @@ if TYPE_CHECKING:
 __all__ = [
     "AcceptanceTracker",
     "CostCurve",
+    "CostTable",
     "choose_depths",
     "expected_tokens",
-    "load_or_measure_cost_curve",
-    "measure_cost_curve",
+    "load_or_measure_cost_table",
+    "measure_cost_table",
 ]
 
 log = logging.getLogger(__name__)
 
-# Batch sizes (tokens per call) at which T is measured; between them it is interpolated linearly.
+# The points of ``CostCurve.linear``.
 MEASURE_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 
 
@@ -68,8 +74,12 @@ class CostCurve:
         return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
 
     def ratios(self) -> dict[int, float]:
-        """``T(n) / T(1)``: what the benchmark reports."""
+        """``T(n) / T(first point)``: what the benchmark reports."""
         return {n: round(s / self.seconds[0], 3) for n, s in zip(self.points, self.seconds, strict=True)}
+
+    def at(self, seqs: int) -> CostCurve:
+        """A single curve is taken to hold for any number of sequences (tests, and an unmeasured machine)."""
+        return self
 
     def to_dict(self) -> dict[str, list[float] | list[int]]:
         return {"points": list(self.points), "seconds": list(self.seconds)}
@@ -84,7 +94,7 @@ class CostCurve:
         return cls(MEASURE_POINTS, tuple(base + per_token * (n - 1) for n in MEASURE_POINTS))
 
 
-def choose_depths(acceptance: Sequence[float], caps: Sequence[int], cost: CostCurve) -> list[int]:
+def choose_depths(acceptance: Sequence[float], caps: Sequence[int], cost: Callable[[int], float]) -> list[int]:
     """Draft lengths ``k_i`` (0 included, at most ``caps[i]``, the length of the draft on offer) that maximise
     ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``.
 
@@ -155,82 +165,129 @@ class AcceptanceTracker:
             del self.sequences[key]
 
 
-# -- measuring T(n) ----------------------------------------------------------------------------------------
-def measure_cost_curve(
+@dataclass(frozen=True, slots=True)
+class CostTable:
+    """``T`` by the number of sequences in the call: ``curves[i]`` is the curve over the call's total tokens
+    when ``seqs[i]`` sequences share it; between two measured counts, linear interpolation."""
+
+    seqs: tuple[int, ...]
+    curves: tuple[CostCurve, ...]
+
+    def at(self, seqs: int) -> CostCurve:
+        """The curve for a call shared by ``seqs`` sequences (over the points of the nearest measured ones)."""
+        i = bisect.bisect_left(self.seqs, seqs)
+        if i < len(self.seqs) and self.seqs[i] == seqs:
+            return self.curves[i]
+        if i == 0 or i == len(self.seqs):
+            return self.curves[min(i, len(self.seqs) - 1)]
+        s0, s1, c0, c1 = self.seqs[i - 1], self.seqs[i], self.curves[i - 1], self.curves[i]
+        w = (seqs - s0) / (s1 - s0)
+        points = tuple(sorted({*c0.points, *c1.points}))
+        return CostCurve(points, tuple((1 - w) * c0(n) + w * c1(n) for n in points))
+
+    def ratios(self) -> dict[str, dict[int, float]]:
+        """Each curve's ``T(n) / T(n_seqs)`` (the cost of a step relative to plain decoding of those sequences)."""
+        return {f"seqs={s}": c.ratios() for s, c in zip(self.seqs, self.curves, strict=True)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seqs": list(self.seqs), "curves": [c.to_dict() for c in self.curves]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CostTable:
+        return cls(tuple(int(s) for s in d["seqs"]), tuple(CostCurve.from_dict(c) for c in d["curves"]))
+
+
+# -- measuring T(seqs, n) ------------------------------------------------------------------------------------
+# Tokens per sequence at which each curve is measured (1: plain decoding; 1 + k: a draft of k).
+PER_SEQ = (1, 2, 3, 4, 5, 7, 9, 13, 17)
+
+
+def measure_cost_table(
     model: LlamaModel,
     *,
     n_threads: int,
-    flash_attn: bool = True,
-    points: Sequence[int] = MEASURE_POINTS,
-    context: int = 384,
-    repeats: int = 7,
-) -> CostCurve:
-    """``T(n)`` for ``n`` tokens of one sequence after a ``context``-token prefix, logits for every token (as a
-    verify call reads them), median of ``repeats`` calls, in a context made as the engine makes its own. A few
-    seconds for SmolLM2-135M."""
+    max_seqs: int,
+    flash_attn: bool = False,
+    context: int = 512,
+    repeats: int = 5,
+) -> CostTable:
+    """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
+    ``PER_SEQ`` tokens each and logits for every token (as a verify call reads them), in a context made as the
+    engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores."""
     from ..engine_llama import LlamaContext, TokenBatch
 
-    n_max = max(points)
+    counts = sorted({1, *(2**i for i in range(1, 8) if 2**i < max_seqs), max_seqs})
+    n_max = max_seqs * max(PER_SEQ)
     n_batch = max(512, n_max)
-    ctx = LlamaContext(model, seq_ctx=context + n_max + 8, n_seq_max=1, n_batch=n_batch, n_threads=n_threads,
-                       flash_attn=flash_attn, n_outputs=n_max)  # fmt: skip
+    ctx = LlamaContext(model, seq_ctx=context + 256, n_seq_max=max_seqs, n_batch=n_batch,
+                       n_threads=n_threads, flash_attn=flash_attn, n_outputs=n_max)  # fmt: skip
     batch = TokenBatch(model.lib, n_batch)
     try:
-        prefix = [(17 * i + 11) % model.n_vocab for i in range(context)]
         batch.clear()
-        batch.add(prefix, 0, 0, logits_last=True)
+        batch.add([(17 * i + 11) % model.n_vocab for i in range(context)], 0, 0, logits_last=True)
         ctx.decode(batch)
-        for n in (1, n_max, 1, n_max, 1, n_max):  # the first calls build and repack; they take seconds
-            _time_call(ctx, batch, n, context)
+        for seq in range(1, max_seqs):
+            ctx.seq_cp(0, seq, -1, -1)
+        sizes = [(s, m) for s in counts for m in PER_SEQ if s * m <= n_batch]
+        for s, m in (sizes[0], sizes[-1]) * 3:  # the first calls build and repack; they take seconds
+            _time_call(ctx, batch, s, m, context)
         # rounds over all sizes, not all repeats of one size in a row: a burst of load from another process then
         # spreads over every size instead of inflating one; the median of each size's calls is kept
-        times: dict[int, list[float]] = {n: [] for n in points}
+        times: dict[tuple[int, int], list[float]] = {size: [] for size in sizes}
         for _ in range(repeats):
-            for n in points:
-                times[n].append(_time_call(ctx, batch, n, context))
-        seconds = [sorted(times[n])[repeats // 2] for n in points]
+            for size in sizes:
+                times[size].append(_time_call(ctx, batch, *size, context))
     finally:
         ctx.close()
-    # a noisy machine can make T dip with n; the cost of more tokens is never less
-    monotone = [max(seconds[: i + 1]) for i in range(len(seconds))]
-    return CostCurve(tuple(points), tuple(monotone))
+    curves = []
+    for s in counts:
+        points = [s * m for m in PER_SEQ if (s, m) in times]
+        seconds = [sorted(times[(s, m)])[repeats // 2] for m in PER_SEQ if (s, m) in times]
+        # a noisy machine can make T dip with n; the cost of more tokens is never less
+        curves.append(CostCurve(tuple(points), tuple(max(seconds[: i + 1]) for i in range(len(seconds)))))
+    return CostTable(tuple(counts), tuple(curves))
 
 
-def _time_call(ctx: LlamaContext, batch: TokenBatch, n: int, at: int) -> float:
-    """Seconds of one decode of ``n`` tokens at positions ``at...`` of sequence 0, logits for all; then undone."""
+def _time_call(ctx: LlamaContext, batch: TokenBatch, seqs: int, per_seq: int, at: int) -> float:
+    """Seconds of one decode of ``per_seq`` tokens in each of sequences ``0..seqs-1`` at positions ``at...``,
+    logits for all; then undone."""
     batch.clear()
-    batch.add([(31 * j + 7) % 1000 for j in range(n)], at, 0, logits_last=False)
-    batch.want[:n] = 1
+    for seq in range(seqs):
+        batch.add([(31 * j + 7 + seq) % 1000 for j in range(per_seq)], at, seq, logits_last=False)
+    batch.want[: batch.n] = 1
     start = time.perf_counter()
     ctx.decode(batch)
     seconds = time.perf_counter() - start
-    ctx.seq_rm(0, at, -1)
+    for seq in range(seqs):
+        ctx.seq_rm(seq, at, -1)
     return seconds
 
 
-def _cost_path(model: LlamaModel, n_threads: int, flash_attn: bool) -> Path:
+def _cost_path(model: LlamaModel, n_threads: int, max_seqs: int, flash_attn: bool) -> Path:
     st = model.path.stat()
-    key = f"{model.path.stem}-{st.st_size}-t{n_threads}{'-fa' if flash_attn else ''}"
-    return cache_dir() / "speculator" / f"cost-{key}.json"
+    key = f"{model.path.stem}-{st.st_size}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
+    return cache_dir() / "speculator" / f"cost-v2-{key}.json"
 
 
-def load_or_measure_cost_curve(
-    model: LlamaModel, *, n_threads: int, flash_attn: bool = True, refresh: bool = False
-) -> CostCurve:
-    """The cost curve of this model with this many threads, measured once and cached under the cache dir."""
-    path = _cost_path(model, n_threads, flash_attn)
+def load_or_measure_cost_table(
+    model: LlamaModel, *, n_threads: int, max_seqs: int, flash_attn: bool = False, refresh: bool = False
+) -> CostTable:
+    """The cost table of this model with this many threads and sequences, measured once and cached under the
+    cache dir."""
+    path = _cost_path(model, n_threads, max_seqs, flash_attn)
     if path.is_file() and not refresh:
         try:
-            return CostCurve.from_dict(json.loads(path.read_text()))
-        except (ValueError, KeyError) as exc:
-            log.warning("ignoring unreadable cost curve %s: %s", path, exc)
-    curve = measure_cost_curve(model, n_threads=n_threads, flash_attn=flash_attn)
+            return CostTable.from_dict(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable cost table %s: %s", path, exc)
+    log.info("measuring decode-call costs of %s (once for this machine; ~15 s)", model.path.name)
+    table = measure_cost_table(model, n_threads=n_threads, max_seqs=max_seqs, flash_attn=flash_attn)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(curve.to_dict()))
+        tmp.write_text(json.dumps(table.to_dict()))
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
     except OSError as exc:
-        log.warning("could not cache the cost curve at %s: %s", path, exc)
-    log.info("measured T(n)/T(1) for %s: %s", model.path.name, curve.ratios())
-    return curve
+        log.warning("could not cache the cost table at %s: %s", path, exc)
+    log.info("measured T(n)/T(seqs) for %s: %s", model.path.name, table.ratios())
+    return table

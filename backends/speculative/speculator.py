@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .depth import AcceptanceTracker, CostCurve, choose_depths, expected_tokens
+from .depth import AcceptanceTracker, CostCurve, CostTable, choose_depths, expected_tokens
 from .drafters import ContextLookup, Drafter, TraceCache, schema_key
 
 __all__ = ["Draft", "DraftStats", "Speculator"]
@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # The persisted trace caches are written at most this often (and when the engine closes).
 SAVE_EVERY_S = 30.0
+# Weight of each call in the running ratio of observed to measured call time.
+CALIBRATION_ALPHA = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +75,15 @@ class DraftStats:
 
 
 class Speculator:
-    """Drafters, their live acceptance, and the machine's cost curve (measured on first use, then cached).
+    """Drafters, their live acceptance, and the machine's cost table (measured on first use, then cached).
 
     ``depth``: a fixed draft length (tests), else adaptive. ``cost``: a function that measures or loads
-    ``T(n)``, called the first time a draft is on offer."""
+    ``T``, called the first time a draft is on offer."""
 
     def __init__(
         self,
         drafters: Sequence[Drafter],
-        cost: Callable[[], CostCurve],
+        cost: Callable[[], CostCurve | CostTable],
         *,
         k_max: int = 8,
         depth: int | None = None,
@@ -91,18 +93,19 @@ class Speculator:
         self.depth = depth
         self.tracker = AcceptanceTracker()
         self._measure = cost
-        self._cost: CostCurve | None = None
+        self._cost: CostCurve | CostTable | None = None
         self._saved = time.monotonic()
+        self._calibration: dict[bool, float] = {}
 
     @property
-    def cost(self) -> CostCurve:
-        """``T(n)``: measured (or loaded from the cache) the first time it is needed."""
+    def cost(self) -> CostCurve | CostTable:
+        """``T``: measured (or loaded from the cache) the first time it is needed."""
         if self._cost is None:
             self._cost = self._measure()
         return self._cost
 
     @cost.setter
-    def cost(self, curve: CostCurve) -> None:
+    def cost(self, curve: CostCurve | CostTable) -> None:
         self._cost = curve
 
     def start(self, seq: int, schema: Mapping[str, Any] | None) -> None:
@@ -128,9 +131,37 @@ class Speculator:
         if self.depth is not None:
             depths = [min(self.depth, len(p[1])) for p in picks]
         else:
-            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self.cost)
+            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)))
         return [Draft(name, tuple(tokens[:k]), offers) if k else Draft(offers=offers)
                 for (name, tokens, _, offers), k in zip(picks, depths, strict=True)]  # fmt: skip
+
+    def _step_cost(self, seqs: int) -> Callable[[int], float]:
+        """``T`` over the call's tokens when ``seqs`` sequences share it, its draft part scaled by how much more
+        (or less) than measured the drafted calls of this engine have cost, relative to its plain calls."""
+        curve = self.cost.at(seqs)
+        base = curve(seqs)
+        scale = self.draft_cost_scale
+
+        def cost(n: int) -> float:
+            return base + scale * (curve(n) - base)  # T(seqs) + f (T(n) - T(seqs))
+
+        return cost
+
+    @property
+    def draft_cost_scale(self) -> float:
+        """Observed / measured seconds of drafted calls, over the same for plain calls (1 until both are seen):
+        the cost table was measured at one context length on an idle machine; this corrects it for the jobs'
+        contexts and the machine's load as they are."""
+        if len(self._calibration) < 2:
+            return 1.0
+        return min(4.0, max(0.5, self._calibration[True] / self._calibration[False]))
+
+    def observe_call(self, seqs: int, tokens: int, seconds: float) -> None:
+        """A decode call of ``tokens`` tokens over ``seqs`` sequences took ``seconds``."""
+        ratio = seconds / max(1e-9, self.cost.at(seqs)(tokens))
+        drafted = tokens > seqs
+        old = self._calibration.get(drafted)
+        self._calibration[drafted] = ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old)
 
     def learn(self, seq: int, draft: Draft, emitted: Sequence[int], *, ended: bool = False) -> None:
         """Score every drafter's proposal against the tokens the step emitted (``ended``: the job's reply ended
@@ -152,6 +183,7 @@ class Speculator:
             if isinstance(drafter, TraceCache):
                 drafter.table.clear()
         self.tracker = AcceptanceTracker()
+        self._calibration = {}
 
     def save(self, *, force: bool = False) -> None:
         """Persist the trace caches (at most every ``SAVE_EVERY_S`` unless ``force``)."""

@@ -13,6 +13,9 @@ from minions.backends.speculative import (
     AcceptanceTracker,
     ContextLookup,
     CostCurve,
+    CostTable,
+    ScriptedDrafter,
+    Speculator,
     TraceCache,
     chi_square,
     chi_square_critical,
@@ -217,3 +220,32 @@ def test_cost_curve_interpolates() -> None:
     assert c(2) == pytest.approx(1 + 1 / 3)
     assert c(16) == pytest.approx(5.0)
     assert CostCurve.from_dict(c.to_dict()) == c
+
+
+def test_cost_table_interpolates_between_sequence_counts() -> None:
+    one = CostCurve((1, 2, 4), (1.0, 1.6, 2.3))
+    eight = CostCurve((8, 16, 32), (4.7, 8.5, 13.0))
+    table = CostTable((1, 8), (one, eight))
+    assert table.at(1) is one and table.at(8) is eight and table.at(64) is eight
+    four = table.at(4)  # 3/7 of the way from one sequence to eight
+    assert four(8) == pytest.approx(one(8) + (eight(8) - one(8)) * 3 / 7)
+    assert CostTable.from_dict(table.to_dict()) == table
+    # a call shared by 8 sequences costs more per draft token than one sequence's: fewer drafts pay there
+    assert choose_depths([0.6] * 8, [4] * 8, eight) == [0] * 8
+    assert choose_depths([0.6], [4], one) != [0]
+
+
+def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
+    """Drafted calls that take twice their measured time (relative to plain calls) double the draft part of the
+    cost, and a draft that paid on the table stops paying."""
+    curve = CostCurve((1, 2, 4, 8), (1.0, 1.3, 1.9, 3.1))
+    spec = Speculator([ScriptedDrafter(lambda seq, tokens, k: [7] * k)], lambda: curve, k_max=3)
+    spec.tracker.drafters["scripted"] = 0.55
+    assert len(spec.propose([(0, [1, 2, 3], 3)])[0].tokens) > 0
+    for _ in range(50):
+        spec.observe_call(1, 1, 0.010)  # plain calls: as measured (1 unit = 10 ms)
+        spec.observe_call(1, 4, 0.038)  # drafted calls: T(4) measured 19 ms, observed 38
+    assert spec.draft_cost_scale == pytest.approx(2.0, rel=0.05)
+    assert spec.propose([(0, [1, 2, 3], 3)])[0].tokens == ()
+    spec.reset()
+    assert spec.draft_cost_scale == 1.0
