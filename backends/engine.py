@@ -26,7 +26,7 @@ token for token (same template, same sampler chain, same stop rules; the per-seq
 arithmetic identical). Speculation keeps the tokens the job's own sampler picks, so its replies are plain
 decoding's too, except where plain decoding's top two tokens are within rounding of each other: llama.cpp's CPU
 kernels compute a call over several tokens of one sequence in another order than a call over one, which moves
-logits by up to ~1 (``EngineConfig.flash_attn`` makes it exact for sequences under 512 cells).
+logits by up to ~1 (``EngineConfig.flash_attn`` makes it exact for sequences of at most 256 cells).
 """
 
 from __future__ import annotations
@@ -185,13 +185,12 @@ class Engine:
     # -- internals ---------------------------------------------------------------------------------------
     def _speculator(self) -> Speculator:
         c = self.config
-        n_threads = c.n_threads or os.cpu_count() or 1
         drafters: list[Drafter] = default_drafters(self.model.path, persist=c.learn_drafts)
         if c.draft_model:
-            drafters.append(DraftModel(c.draft_model, n_seqs=c.max_seqs, seq_ctx=c.seq_ctx, n_threads=n_threads))
+            drafters.append(DraftModel(c.draft_model, n_seqs=c.max_seqs, seq_ctx=c.seq_ctx, n_threads=c.threads))
 
         def cost() -> CostTable:
-            return load_or_measure_cost_table(self.model, n_threads=n_threads, max_seqs=c.max_seqs,
+            return load_or_measure_cost_table(self.model, n_threads=c.threads, max_seqs=c.max_seqs,
                                               flash_attn=c.flash_attn)  # fmt: skip
 
         return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth)

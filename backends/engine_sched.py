@@ -74,7 +74,7 @@ class EngineConfig:
     """A new job waits for a running job's prefill when that will let it copy this many more tokens."""
     flash_attn: bool = False
     """Off, as in the high-level API, whose replies the plain engine reproduces token for token. (On, a verify
-    call's logits equal one-token calls' exactly while a sequence holds under 512 cells; beyond that, and always
+    call's logits equal one-token calls' exactly while a sequence holds at most 256 cells; beyond that, and always
     with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
     ~1 logit.)"""
     speculate: bool = True
@@ -89,6 +89,11 @@ class EngineConfig:
     """A second, smaller GGUF with the same vocabulary, used as one more drafter."""
     learn_drafts: bool = True
     """Keep the speculator's trace caches (n-grams of accepted replies) under ``cache_dir()/speculator``."""
+
+    @property
+    def threads(self) -> int:
+        """``n_threads``, or all cores."""
+        return self.n_threads or os.cpu_count() or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +169,7 @@ class Lane:
             seq_ctx=seq_ctx,
             n_seq_max=n_seqs,
             n_batch=config.n_batch,
-            n_threads=config.n_threads or os.cpu_count() or 1,
+            n_threads=config.threads,
             flash_attn=config.flash_attn,
             n_outputs=n_seqs * (1 + config.k_max) if config.speculate else n_seqs,
         )

@@ -77,9 +77,9 @@ def _compare(engine: Engine, plain: Sequence[ChatResult], spec: Sequence[ChatRes
     return {key: report[key] for key in ("identical_outputs", "near_ties", "mismatches")}
 
 
-def _tok_s(results: Sequence[ChatResult]) -> tuple[float, dict[str, Any]]:
+def _tok_s(results: Sequence[ChatResult]) -> float:
     b = results[0].stats["batch"]
-    return b["decode_tokens"] / max(1e-9, b["decode_s"]), b
+    return float(b["decode_tokens"] / max(1e-9, b["decode_s"]))
 
 
 def _emitted(results: Sequence[ChatResult]) -> int:
@@ -120,7 +120,7 @@ def speculative_bench(
                                                         learn_drafts=False))  # fmt: skip
     speculator = engine.speculator
     assert speculator is not None
-    n_threads = c.n_threads or os.cpu_count() or 1
+    n_threads = engine.config.threads
     cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
     speculator.cost = cost
     pdf = find_document(data, c.document)
@@ -139,7 +139,7 @@ def speculative_bench(
                     engine.clear_cache()
                     speculator.reset()
                     spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
-                    runs.append((_tok_s(plain)[0], _tok_s(spec)[0], plain, spec))
+                    runs.append((_tok_s(plain), _tok_s(spec), plain, spec))
                 runs.sort(key=lambda r: r[1] / r[0])
                 plain_tok_s, spec_tok_s, plain, spec = runs[len(runs) // 2]  # the median pair by speedup
                 b = spec[0].stats["batch"]

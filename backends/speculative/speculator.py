@@ -157,7 +157,10 @@ class Speculator:
         return min(4.0, max(0.5, self._calibration[True] / self._calibration[False]))
 
     def observe_call(self, seqs: int, tokens: int, seconds: float) -> None:
-        """A decode call of ``tokens`` tokens over ``seqs`` sequences took ``seconds``."""
+        """A decode call of ``tokens`` tokens over ``seqs`` sequences took ``seconds``. Ignored until the cost
+        table is there: it is measured when a draft is first on offer, not for calls that never had one."""
+        if self._cost is None:
+            return
         ratio = seconds / max(1e-9, self.cost.at(seqs)(tokens))
         drafted = tokens > seqs
         old = self._calibration.get(drafted)
