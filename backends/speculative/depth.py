@@ -11,8 +11,8 @@ makes a step slower.
 
 ``T`` depends on how many sequences share the call, not only on its tokens: each sequence has its own KV
 stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
-700-token contexts) one sequence with 8 tokens takes 43 ms, 8 sequences with 1 token each 58 ms, and 8 with 3
-each 136 ms against 96 ms for 24 tokens of one. So ``CostTable`` measures a curve per number of sequences.
+512-token contexts, ``measure_cost_table``) one sequence with 9 tokens takes 47 ms, 8 sequences with 1 token
+each 51 ms, and 8 with 2 each 84 ms. So ``CostTable`` measures a curve per number of sequences.
 """
 
 from __future__ import annotations
