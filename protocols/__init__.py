@@ -15,7 +15,7 @@ from .minion import Minion
 from .minions_protocol import Minions
 from .options import Budget, InputError, RunOptions
 from .redact import Redactor
-from .result import Citation, EgressLog, EgressRecord, JobRecord, RoundRecord, RunResult
+from .result import Citation, EgressLog, EgressRecord, Evidence, JobRecord, RoundRecord, RunResult
 from .retrieval import BM25
 from .schemas import Answer, Decision, JobOutput, JobSpec, MinionTurn, Plan
 
@@ -30,6 +30,7 @@ __all__ = [
     "Decision",
     "EgressLog",
     "EgressRecord",
+    "Evidence",
     "InputError",
     "JobOutput",
     "JobRecord",

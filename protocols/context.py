@@ -17,7 +17,7 @@ from minions.types import Usage
 
 from .channel import Meter, RemoteChannel
 from .options import RunOptions
-from .result import Citation, EgressLog, JobRecord, RoundRecord, RunResult
+from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
 
 __all__ = ["RunCancelled", "RunContext", "remote_only_estimate"]
 
@@ -42,6 +42,7 @@ class RunContext:
     cancel: CancelToken | None = None
     jobs: list[JobRecord] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -96,6 +97,7 @@ class RunContext:
             error=self.error,
             notes=tuple(self.notes),
             round_log=tuple(self.round_log),
+            evidence=tuple(self.evidence),
         )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from minions.types import Usage
 
-__all__ = ["Citation", "EgressLog", "EgressRecord", "JobRecord", "RoundRecord", "RunResult"]
+__all__ = ["Citation", "EgressLog", "EgressRecord", "Evidence", "JobRecord", "RoundRecord", "RunResult"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,33 @@ class Citation:
             "start": self.start,
             "end": self.end,
             "label": self.label,
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A passage of a document that a step of the run passed on (to the remote model, or to the local answer
+    step), with where it lies. A run's evidence is ranked, best first, so that recall at k can be read."""
+
+    document: str
+    text: str
+    start: int | None = None
+    """Character offsets in the document's text; None where the passage could not be placed."""
+    end: int | None = None
+    pages: tuple[int, ...] = ()
+    kind: str = "chunk"
+    """"quote" (a verbatim sentence a job chose), "chunk" (a chunk a job read or retrieval picked), "document"."""
+    score: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "document": self.document,
+            "text": self.text,
+            "start": self.start,
+            "end": self.end,
+            "pages": list(self.pages),
+            "kind": self.kind,
+            "score": self.score,
         }
 
 
@@ -151,6 +178,9 @@ class RunResult:
     """Set when a backend failure (not a budget or a cancellation) stopped the run."""
     notes: tuple[str, ...] = ()
     round_log: tuple[RoundRecord, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    """What reached the remote model (Minions: the findings' quotes, else their chunks; RAG: the retrieved
+    chunks; remote: the documents as sent), or for ``local`` what its answer step read; ranked, best first."""
 
     @property
     def total_usage(self) -> Usage:
@@ -183,4 +213,5 @@ class RunResult:
             "timings": dict(self.timings),
             "egress": [r.to_dict() for r in self.egress],
             "round_log": [r.to_dict() for r in self.round_log],
+            "evidence": [e.to_dict() for e in self.evidence],
         }
