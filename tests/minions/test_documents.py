@@ -13,8 +13,7 @@ from typing import Any
 import pypdf
 import pytest
 
-from minions import documents
-from minions.documents import SUPPORTED_SUFFIXES, Document, Page, Section, load_document, load_documents
+from minions.documents import SUPPORTED_SUFFIXES, Document, Page, Section, load_document, load_documents, pdf
 from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -401,13 +400,13 @@ def test_parallel_extraction_matches_sequential(tmp_path: Path, cache: Path, mon
             pools.append(max_workers)
             super().__init__(max_workers, **kwargs)
 
-    monkeypatch.setattr(documents, "ProcessPoolExecutor", RecordingPool)
+    monkeypatch.setattr(pdf, "ProcessPoolExecutor", RecordingPool)
     path = tmp_path / "long.pdf"
     path.write_bytes(make_pdf([f"Page number {i}\nline {i}" for i in range(1, 31)]))
     sequential = load_document(path, cache=False, workers=1)
     assert pools == []
     parallel = load_document(path, cache=False, workers=3)
-    assert pools == ([3] if documents._can_fork() else [])
+    assert pools == ([3] if pdf._can_fork() else [])
     assert parallel.text == sequential.text and parallel.pages == sequential.pages
     assert sequential.page_of(sequential.text.index("Page number 17")) == 17
 

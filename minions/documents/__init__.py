@@ -1,0 +1,25 @@
+"""Documents: load text, Markdown, PDF, HTML and .docx files into one ``Document`` with pages and sections.
+
+A ``Document`` is the full text plus offsets into it: ``pages`` (PDFs; pages are joined with a blank line) and
+``sections`` (detected headings). Chunkers and provenance work with character offsets only, so everything a
+chunk says about where it came from (page numbers, section title) is computed from these offsets.
+
+    types       Document, Page, Section
+    sections    heading detection in plain text
+    load        load_document: checks the file, picks the reader by suffix
+    text, html, docx, pdf     the readers (pdf also caches extracted text on disk)
+"""
+
+from __future__ import annotations
+
+from minions.documents.load import SUPPORTED_SUFFIXES, load_document, load_documents
+from minions.documents.types import Document, Page, Section
+
+__all__ = [
+    "SUPPORTED_SUFFIXES",
+    "Document",
+    "Page",
+    "Section",
+    "load_document",
+    "load_documents",
+]

@@ -1,0 +1,76 @@
+"""``load_document``: check a file, then hand its bytes to the reader for its suffix."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from minions.documents.docx import load_docx
+from minions.documents.html import load_html
+from minions.documents.pdf import load_pdf
+from minions.documents.text import load_text
+from minions.documents.types import Document
+from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+
+__all__ = ["SUPPORTED_SUFFIXES", "load_document", "load_documents"]
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
+
+
+def load_document(path: str | os.PathLike[str], *, cache: bool = True, workers: int | None = None) -> Document:
+    """Load one file. ``cache``: reuse/keep extracted PDF text on disk; ``workers``: PDF extraction processes
+    (None picks from the CPU count; 1 extracts in this process).
+
+    Raises DocumentNotFoundError, UnreadableDocumentError or EmptyDocumentError with a one-line fix.
+    """
+    p = Path(path).expanduser()
+    where = str(p)
+    data = _read(p, where)
+    suffix = p.suffix.lower()
+    if suffix == ".pdf":
+        doc = load_pdf(p, data, cache=cache, workers=workers)
+    elif suffix == ".docx":
+        doc = load_docx(p, data)
+    elif suffix in (".html", ".htm"):
+        doc = load_html(p, data)
+    else:
+        doc = load_text(p, data)
+    if not doc.text.strip():
+        raise EmptyDocumentError(f"{where} contains no text: pass a file with text in it.", path=where)
+    log.debug("loaded %s: %d chars, %d pages, %d sections", where, len(doc.text), len(doc.pages), len(doc.sections))
+    return doc
+
+
+def load_documents(paths: Iterable[str | os.PathLike[str]], *, cache: bool = True) -> list[Document]:
+    """Load several files in order; the first that fails raises."""
+    return [load_document(p, cache=cache) for p in paths]
+
+
+def _read(p: Path, where: str) -> bytes:
+    """The bytes of an existing, non-empty file with a supported suffix; a DocumentError that says why not."""
+    if not p.exists():
+        raise DocumentNotFoundError(f"No such file: {where}: check the path.", path=where)
+    if p.is_dir():
+        raise UnreadableDocumentError(
+            f"{where} is a directory: pass the files inside it (e.g. {where}/*.pdf).", path=where
+        )
+    suffix = p.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        raise UnreadableDocumentError(
+            f"Cannot read {where}: unsupported file type {suffix or '(none)'!r}; convert it to one of "
+            f"{', '.join(SUPPORTED_SUFFIXES)}.",
+            path=where,
+        )
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise UnreadableDocumentError(
+            f"Cannot read {where} ({exc.strerror}): check its permissions.", path=where
+        ) from exc
+    if not data.strip():
+        raise EmptyDocumentError(f"{where} is empty: pass a file with text in it.", path=where)
+    return data
