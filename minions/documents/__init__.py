@@ -7,7 +7,8 @@ chunk says about where it came from (page numbers, section title) is computed fr
     types       Document, Page, Section
     sections    heading detection in plain text
     load        load_document: checks the file, picks the reader by suffix
-    text, html, docx, pdf     the readers (pdf also caches extracted text on disk)
+    text, html, docx, pdf     the readers (PDF text comes from PDFium)
+    pdf_cache   the on-disk cache of text extracted from PDFs
 """
 
 from __future__ import annotations

@@ -21,9 +21,8 @@ log = logging.getLogger(__name__)
 SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
 
 
-def load_document(path: str | os.PathLike[str], *, cache: bool = True, workers: int | None = None) -> Document:
-    """Load one file. ``cache``: reuse/keep extracted PDF text on disk; ``workers``: PDF extraction processes
-    (None picks from the CPU count; 1 extracts in this process).
+def load_document(path: str | os.PathLike[str], *, cache: bool = True) -> Document:
+    """Load one file. ``cache``: reuse and keep the text extracted from a PDF on disk.
 
     Raises DocumentNotFoundError, UnreadableDocumentError or EmptyDocumentError with a one-line fix.
     """
@@ -32,7 +31,7 @@ def load_document(path: str | os.PathLike[str], *, cache: bool = True, workers: 
     data = _read(p, where)
     suffix = p.suffix.lower()
     if suffix == ".pdf":
-        doc = load_pdf(p, data, cache=cache, workers=workers)
+        doc = load_pdf(p, data, cache=cache)
     elif suffix == ".docx":
         doc = load_docx(p, data)
     elif suffix in (".html", ".htm"):
