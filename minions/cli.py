@@ -2,7 +2,7 @@
 
     minions ask FILE... "question"      answer a question about local documents
     minions models                      what is configured and available
-    minions bench cost|engine|speculative
+    minions bench cost|engine|speculative|pdf
     minions app [--port P]              the chat app over your documents, in the browser
     minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
 
@@ -172,6 +172,22 @@ def _add_bench_speculative_parser(kinds: Any, data_default: str | None) -> None:
     spec.set_defaults(func=cmd_bench_speculative)
 
 
+def cmd_bench_pdf(args: argparse.Namespace) -> int:
+    from minions.documents.bench import pdf_bench
+
+    for line in pdf_bench(args.files, data=args.data, pypdf_pages=args.pypdf_pages):
+        print(json.dumps(line), flush=True)
+    return 0
+
+
+def _add_bench_pdf_parser(kinds: Any, data_default: str | None) -> None:
+    pdf = kinds.add_parser("pdf", help="PDF text extraction in pages/s (load_document, and pypdf beside it)")
+    pdf.add_argument("files", nargs="+", metavar="FILE", help="PDFs: paths, or names in --data or its pdfs/")
+    pdf.add_argument("--data", default=data_default, help="a folder of PDFs, or a FinanceBench checkout")
+    pdf.add_argument("--pypdf-pages", type=int, help="time pypdf on the first N pages only (0: skip; default: all)")
+    pdf.set_defaults(func=cmd_bench_pdf)
+
+
 def _add_bench_parser(sub: Any) -> None:
     from minions.paths import shared_data_dir
 
@@ -188,6 +204,7 @@ def _add_bench_parser(sub: Any) -> None:
     cost.set_defaults(func=cmd_bench_cost)
     _add_bench_engine_parser(kinds, shared_data_dir("financebench"))
     _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
+    _add_bench_pdf_parser(kinds, shared_data_dir("financebench"))
 
 
 # -- plumbing --------------------------------------------------------------------------------------------
