@@ -1,4 +1,4 @@
-"""``load_document``: check a file, then hand its bytes to the reader for its suffix."""
+"""``load_document``: check a file, and that its bytes are what its suffix says, then hand them to the reader."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from minions.documents.content import check_content
 from minions.documents.docx import load_docx
 from minions.documents.html import load_html
 from minions.documents.pdf import load_pdf
@@ -30,6 +31,7 @@ def load_document(path: str | os.PathLike[str], *, cache: bool = True) -> Docume
     where = str(p)
     data = _read(p, where)
     suffix = p.suffix.lower()
+    check_content(where, suffix, data)
     if suffix == ".pdf":
         doc = load_pdf(p, data, cache=cache)
     elif suffix == ".docx":

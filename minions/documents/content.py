@@ -1,0 +1,95 @@
+"""Is a file what its name says? Checked on its bytes before any reader, or any model, sees it.
+
+A .pdf must carry ``%PDF-`` in its first KiB (where PDF readers look for it) and a .docx must be a ZIP
+archive. Text, Markdown and HTML must be text: no NUL bytes (outside UTF-16 with a byte-order mark), almost
+no control characters, and UTF-8, or a legacy 8-bit text such as Latin-1 in which only the accented letters
+break UTF-8. Whatever fails says what the file looks like instead, and what to do.
+"""
+
+from __future__ import annotations
+
+from contextlib import suppress
+from typing import NoReturn
+
+from minions.errors import UnreadableDocumentError
+
+__all__ = ["check_content"]
+
+TEXT_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".html", ".htm")
+_PDF_HEADER_WITHIN = 1024
+# C0 control characters other than tab, line feed, vertical tab, form feed, carriage return and escape
+# (ANSI colours), and DEL. Random bytes hold about 10% of them; text almost none.
+_CONTROL_BYTES = bytes(sorted(set(range(32)) - {9, 10, 11, 12, 13, 27})) + b"\x7f"
+_MAX_CONTROL_SHARE = 0.01
+_STRAY_CONTROLS = 2
+# Latin-1 text breaks UTF-8 once per accented letter (a few percent of its bytes); random bytes, or text in
+# a legacy encoding of another script (cp1251, Shift-JIS, GBK), at nearly every byte over 0x7f.
+_MAX_INVALID_UTF8_SHARE = 0.3
+# What a file's first bytes say it is, for the messages.
+_SIGNATURES: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF-", "a PDF"),
+    (b"PK\x03\x04", "a ZIP archive (.docx, .xlsx, .zip)"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an old Office file (.doc, .xls, .ppt)"),
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"\x7fELF", "a program"),
+)
+_RENAME = "pass the original document, or rename the file to match what it holds"
+_CONVERT = "pass the original document, or convert it to text"
+_UTF16 = "pass the original document, or convert it to text (UTF-16 without a byte-order mark: re-save it as UTF-8)"
+_REENCODE = "if it is text in another encoding, re-save it as UTF-8"
+
+
+def check_content(where: str, suffix: str, data: bytes) -> None:
+    """Raise UnreadableDocumentError if ``data`` is not what a file named ``*{suffix}`` should hold."""
+    if suffix == ".pdf" and b"%PDF-" not in data[:_PDF_HEADER_WITHIN]:
+        _refuse(where, f"is named .pdf but is not a PDF (no %PDF- header{_looks_like(data)})", _RENAME)
+    elif suffix == ".docx" and not data.startswith(b"PK\x03\x04"):
+        _refuse(where, f"is named .docx but is not a Word document (not a ZIP archive{_looks_like(data)})", _RENAME)
+    elif suffix in TEXT_SUFFIXES:
+        _check_text(where, suffix, data)
+
+
+def _check_text(where: str, suffix: str, data: bytes) -> None:
+    kind = _signature(data)
+    if kind is not None:
+        _refuse(where, f"is named {suffix} but holds {kind}, not text", _RENAME)
+    data = _utf16_as_utf8(data)
+    if b"\x00" in data:
+        _refuse(where, f"is named {suffix} but holds binary data (NUL bytes), not text", _UTF16)
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
+    if controls > _STRAY_CONTROLS + _MAX_CONTROL_SHARE * len(data):
+        share = controls / len(data)
+        _refuse(where, f"is named {suffix} but holds binary data ({share:.0%} control characters), not text", _CONVERT)
+    invalid = len(data) - len(data.decode("utf-8", "ignore").encode("utf-8"))
+    if invalid > _MAX_INVALID_UTF8_SHARE * len(data):
+        share = invalid / len(data)
+        problem = f"is named {suffix} but is not UTF-8 or Latin-1 text ({share:.0%} of its bytes are not valid UTF-8)"
+        _refuse(where, problem, _REENCODE)
+
+
+def _utf16_as_utf8(data: bytes) -> bytes:
+    """UTF-16 text (with a byte-order mark) as UTF-8, so that its characters are checked rather than its bytes,
+    half of which are NUL; anything else as it is."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        with suppress(UnicodeDecodeError):
+            return data.decode("utf-16").encode("utf-8")
+    return data
+
+
+def _signature(data: bytes) -> str | None:
+    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), None)
+
+
+def _looks_like(data: bytes) -> str:
+    """'; it looks like <kind>' for a known kind of file, else ''."""
+    kind = _signature(data)
+    if kind is None and data[:_PDF_HEADER_WITHIN].lstrip().lower().startswith((b"<!doctype html", b"<html")):
+        kind = "an HTML page"
+    return f"; it looks like {kind}" if kind else ""
+
+
+def _refuse(where: str, problem: str, remedy: str) -> NoReturn:
+    raise UnreadableDocumentError(f"{where} {problem}: {remedy}.", path=where)
