@@ -7,8 +7,10 @@ chunk says about where it came from (page numbers, section title) is computed fr
     types       Document, Page, Section
     sections    heading detection in plain text
     load        load_document: checks the file, picks the reader by suffix
+    content     refuses a file whose bytes are not what its suffix says (binary noise named .txt, ...)
     text, html, docx, pdf     the readers (PDF text comes from PDFium)
     pdf_cache   the on-disk cache of text extracted from PDFs
+    bench       ``minions bench pdf``: pages a second
 """
 
 from __future__ import annotations
