@@ -5,16 +5,27 @@ holds its key. One SDK client is built per backend (lazily, with the key read at
 SDK's own retries are off: we retry rate limits and transient failures here, with exponential backoff and
 jitter, and translate the SDK's errors into the minions tree at this boundary.
 
-    sync:  chat/_chat ──► _call ──┐
-    async: achat ──────► _acall ──┼──► _after_failure(exc, attempt): wait this long, or raise translated
-    stream ────────────► _call ───┘
+The SDK hands us the raw response and we read it ourselves: a server (or a proxy in front of it) may answer
+HTTP 200 with an HTML page, JSON cut off mid-way or a completion without choices, and the reply is validated
+(``wire.Reply``, ``wire.Chunk``) before anything reads it. What fails is a ``MalformedResponseError`` that
+names the server and shows what came back, retried like any transient failure.
+
+Time is bounded by ``timeout`` (``MINIONS_REMOTE_TIMEOUT``, default ``DEFAULT_TIMEOUT_S``): no byte for that
+long, or a whole (non-streamed) reply that takes longer, is a ``BackendTimeoutError``, and it is not retried:
+a server that hung once is likely to hang again, and waiting for it max_retries times more is not an answer.
+
+    sync:  chat/_chat ──► _call(_post) ──┐
+    async: achat ──────► _acall(_apost) ─┼──► _after_failure(exc, attempt): wait this long, or raise translated
+    stream ────────────► _call(_open) ───┘
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
+import math
 import os
 import random
 import re
@@ -28,6 +39,7 @@ from typing import Any, Literal, TypeVar, cast
 
 import httpx
 import openai
+from pydantic import ValidationError
 
 from minions.cost import PriceTable, default_price_table
 from minions.errors import (
@@ -36,6 +48,7 @@ from minions.errors import (
     BackendTimeoutError,
     ConfigError,
     ContextLengthError,
+    MalformedResponseError,
     MinionsError,
     MissingAPIKeyError,
     ModelNotFoundError,
@@ -46,8 +59,17 @@ from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .base import BaseBackend, Capabilities, MessagesLike
+from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, sse_data
 
-__all__ = ["PROVIDERS", "OpenAIBackend", "Provider", "backoff_delay"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "PROVIDERS",
+    "TIMEOUT_ENV",
+    "OpenAIBackend",
+    "Provider",
+    "backoff_delay",
+    "default_timeout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +109,11 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
 PLACEHOLDER_KEY = "not-needed"
 """Sent to a custom server that needs no key: the SDK insists on one, local servers accept anything."""
 
+DEFAULT_TIMEOUT_S = 120.0
+"""Seconds a request may take: without a byte, or in all for a reply that is not streamed. Not retried."""
+TIMEOUT_ENV = "MINIONS_REMOTE_TIMEOUT"
+"""The environment variable that overrides ``DEFAULT_TIMEOUT_S`` (a ``timeout=`` argument overrides both)."""
+
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0
 """A server's Retry-After is honoured up to this; a longer wait is the caller's decision, not ours."""
@@ -104,16 +131,54 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 # OpenAI's reasoning models take max_completion_tokens and only their default temperature.
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
-# Raised by the transport while a stream is read (the SDK wraps them only while it sends the request).
+# Raised by the transport while a body is read (the SDK wraps them only while it sends the request).
 try:  # openai>=2 sends through httpx2; a legacy httpx.Client passed in still raises httpx errors
     import httpx2
 
     _TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx.TransportError, httpx2.TransportError)
+    _CONNECT_ERRORS: tuple[type[Exception], ...] = (httpx.ConnectError, httpx2.ConnectError)
     _TIMEOUTS: tuple[type[Exception], ...] = (openai.APITimeoutError, httpx.TimeoutException, httpx2.TimeoutException)
 except ImportError:  # pragma: no cover - depends on the installed SDK
     _TRANSPORT_ERRORS = (httpx.TransportError,)
+    _CONNECT_ERRORS = (httpx.ConnectError,)
     _TIMEOUTS = (openai.APITimeoutError, httpx.TimeoutException)
-_STREAM_ERRORS: tuple[type[Exception], ...] = (openai.OpenAIError, *_TRANSPORT_ERRORS)
+_CALL_ERRORS: tuple[type[Exception], ...] = (openai.OpenAIError, *_TRANSPORT_ERRORS)
+
+_Response = openai.APIResponse[Any] | openai.AsyncAPIResponse[Any]
+
+
+def default_timeout() -> float:
+    """``MINIONS_REMOTE_TIMEOUT`` in seconds, else ``DEFAULT_TIMEOUT_S``."""
+    value = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{TIMEOUT_ENV}={value!r} is not a number of seconds: set it to one, e.g. 60.")
+    return seconds
+
+
+def _malformed(response: _Response, body: bytes, why: str) -> openai.APIResponseValidationError:
+    """The SDK's error for a reply that is not what the API defines; its message shows what came back."""
+    message = f"{why}; {glimpse(response.headers.get('content-type'), body)}"
+    head = body[:SHOWN_BYTES].decode("utf-8", "replace")
+    return openai.APIResponseValidationError(response.http_response, head, message=message)
+
+
+def _parse_reply(response: _Response, body: bytes) -> Reply:
+    try:
+        return Reply.model_validate_json(body)
+    except ValidationError as exc:
+        raise _malformed(response, body, first_error(exc)) from exc
+
+
+def _check_deadline(response: _Response, deadline: float) -> None:
+    """A server that trickles its reply gets ``timeout`` seconds for all of it, not per byte."""
+    if time.monotonic() > deadline:
+        raise openai.APITimeoutError(request=response.http_response.request)
 
 
 def backoff_delay(attempt: int, base_s: float, retry_after: float | None = None) -> float:
@@ -154,8 +219,11 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _is_transient(exc: Exception) -> bool:
-    """Worth another try: rate limits, timeouts, connection failures and server-side (5xx) errors."""
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+    """Worth another try: rate limits, refused or dropped connections, server-side (5xx) errors and malformed
+    replies (a proxy's error page passes). Not a timeout: see the module docstring."""
+    if isinstance(exc, _TIMEOUTS):
+        return False
+    if isinstance(exc, (openai.APIConnectionError, openai.APIResponseValidationError, *_TRANSPORT_ERRORS)):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
@@ -185,7 +253,8 @@ class OpenAIBackend(BaseBackend):
     """A chat model behind an OpenAI-compatible API: OpenAI itself, a hosted provider, or a local server.
 
     ``http_client`` (an ``httpx.Client``: a proxy, a test transport) carries the synchronous calls
-    (``chat``, ``batch``, ``stream``); ``achat`` uses the SDK's own async client.
+    (``chat``, ``batch``, ``stream``); ``achat`` uses the SDK's own async client. ``timeout`` is in seconds
+    (see ``DEFAULT_TIMEOUT_S``); None reads ``MINIONS_REMOTE_TIMEOUT``.
     """
 
     max_concurrency = 8
@@ -200,7 +269,7 @@ class OpenAIBackend(BaseBackend):
         prices: PriceTable | None = None,
         max_retries: int = 4,
         backoff_s: float = 1.0,
-        timeout: float = 120.0,
+        timeout: float | None = None,
         context_window: int | None = None,
         json_schema_style: JsonSchemaStyle | None = None,
         http_client: httpx.Client | None = None,
@@ -218,7 +287,9 @@ class OpenAIBackend(BaseBackend):
         self.base_url = base_url or provider.base_url
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.timeout = timeout
+        if timeout is not None and not 0 < timeout < math.inf:
+            raise ConfigError(f"timeout={timeout!r}: give a positive number of seconds.")
+        self.timeout = timeout if timeout is not None else default_timeout()
         self.json_schema_style: JsonSchemaStyle = json_schema_style or provider.json_schema_style
         self.capabilities = Capabilities(
             json_schema=True,
@@ -320,7 +391,7 @@ class OpenAIBackend(BaseBackend):
             attempt += 1
             try:
                 return request(), attempt
-            except openai.OpenAIError as exc:
+            except _CALL_ERRORS as exc:
                 time.sleep(self._after_failure(exc, attempt))
 
     async def _acall(self, request: Callable[[], Awaitable[T]]) -> tuple[T, int]:
@@ -329,27 +400,43 @@ class OpenAIBackend(BaseBackend):
             attempt += 1
             try:
                 return await request(), attempt
-            except openai.OpenAIError as exc:
+            except _CALL_ERRORS as exc:
                 await asyncio.sleep(self._after_failure(exc, attempt))
 
     def _translate(self, exc: Exception, attempts: int) -> MinionsError:
-        """Our error for an SDK (or transport) error; the message says what to do."""
+        """Our error for an SDK (or transport) error; the message names the server and says what to do."""
         ctx: dict[str, Any] = {"backend": self.name, "attempts": attempts}
         tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        where = f"{self.name} at {self.endpoint}"
         if isinstance(exc, _TIMEOUTS):
             return BackendTimeoutError(
-                f"{self.name} did not answer within {self.timeout:g}s{tries}: "
-                "retry later or raise the backend's timeout.",
+                f"{where} did not answer within {self.timeout:g}s{tries}: retry later, or raise the timeout "
+                f"({TIMEOUT_ENV} or the backend's timeout=).",
+                **ctx,
+            )
+        if isinstance(exc, openai.APIResponseValidationError):
+            return MalformedResponseError(
+                f"{where} answered HTTP {exc.status_code} but not with a valid chat completion{tries}: "
+                f"{exc.message}. Check the base URL (is a proxy or a web page answering?), or retry later.",
+                content_type=exc.response.headers.get("content-type"),
+                raw=exc.body,
                 **ctx,
             )
         if isinstance(exc, (openai.APIConnectionError, *_TRANSPORT_ERRORS)):
+            cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) else exc
+            if cause is None or isinstance(cause, _CONNECT_ERRORS):
+                return BackendConnectionError(
+                    f"Cannot reach {self.endpoint}{tries}: is the server running? Check the URL or start it.",
+                    **ctx,
+                )
             return BackendConnectionError(
-                f"Cannot reach {self.endpoint}{tries}: is the server running? Check the URL or start it.",
+                f"{where} dropped the connection before its reply was complete{tries} "
+                f"({type(cause).__name__}: {' '.join(str(cause).split())}): retry later.",
                 **ctx,
             )
         if isinstance(exc, openai.RateLimitError):
             return RateLimitError(
-                f"{self.name} is still rate limited{tries}: {_detail(exc)}. "
+                f"{where} is still rate limited{tries}: {_detail(exc)}. "
                 "Wait, lower the concurrency or raise max_retries.",
                 raw=exc.body,
                 **ctx,
@@ -374,8 +461,8 @@ class OpenAIBackend(BaseBackend):
                     raw=exc.body,
                     **ctx,
                 )
-            return BackendError(f"{self.name} answered HTTP {exc.status_code}{tries}: {detail}", raw=exc.body, **ctx)
-        return BackendError(f"{self.name} failed{tries}: {type(exc).__name__}: {exc}", **ctx)
+            return BackendError(f"{where} answered HTTP {exc.status_code}{tries}: {detail}", raw=exc.body, **ctx)
+        return BackendError(f"{where} failed{tries}: {type(exc).__name__}: {exc}", **ctx)
 
     # -- requests and results ----------------------------------------------------------------------
 
@@ -402,16 +489,14 @@ class OpenAIBackend(BaseBackend):
                 }
         return kwargs
 
-    def _result(self, completion: Any, messages: list[Message], seconds: float, attempts: int) -> ChatResult:
-        if not completion.choices:
-            raise BackendError(f"{self.name} returned no choices", backend=self.name, attempts=attempts, raw=completion)
-        choice = completion.choices[0]
+    def _result(self, reply: Reply, messages: list[Message], seconds: float, attempts: int) -> ChatResult:
+        choice = reply.choices[0]
         text = choice.message.content or ""
         stats: dict[str, Any] = {"attempts": attempts}
-        u = completion.usage
+        u = reply.usage
         if u is not None:
-            details = getattr(u, "prompt_tokens_details", None)
-            cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
+            details = u.prompt_tokens_details
+            cached = (details.cached_tokens or 0) if details is not None else 0
             prompt, completion_tokens = u.prompt_tokens or 0, u.completion_tokens or 0
         else:
             prompt = sum(count_tokens(m.content, self.model) for m in messages)
@@ -428,36 +513,88 @@ class OpenAIBackend(BaseBackend):
             stats=stats,
         )
 
+    # -- one attempt: send, read within the timeout, validate -------------------------------------------
+
+    def _post(self, request: dict[str, Any]) -> Reply:
+        deadline = time.monotonic() + self.timeout
+        with self._sync_client().chat.completions.with_streaming_response.create(**request) as response:
+            body = bytearray()
+            for part in response.iter_bytes():
+                body += part
+                _check_deadline(response, deadline)
+        return _parse_reply(response, bytes(body))
+
+    async def _apost(self, request: dict[str, Any]) -> Reply:
+        deadline = time.monotonic() + self.timeout
+        async with self._async_client().chat.completions.with_streaming_response.create(**request) as response:
+            body = bytearray()
+            async for part in response.iter_bytes():
+                body += part
+                _check_deadline(response, deadline)
+        return _parse_reply(response, bytes(body))
+
+    def _open(self, request: dict[str, Any]) -> tuple[contextlib.ExitStack, openai.APIResponse[Any]]:
+        """Open a streamed request: the response, and the stack that closes it. A reply that is not an event
+        stream is malformed (and closed here)."""
+        with contextlib.ExitStack() as stack:
+            create = self._sync_client().chat.completions.with_streaming_response.create
+            response = stack.enter_context(create(**request, stream=True))
+            if "event-stream" not in response.headers.get("content-type", ""):
+                head = bytearray()
+                for part in response.iter_bytes():
+                    head += part
+                    if len(head) > SHOWN_BYTES:
+                        break
+                raise _malformed(response, bytes(head), "not an event stream")
+            return stack.pop_all(), response
+
+    def _deltas(self, response: openai.APIResponse[Any]) -> Iterator[str]:
+        """The text of each event of an open stream. A stream that ends before ``[DONE]`` or a finish reason
+        was cut off: that is an error, not a shorter reply."""
+        finished, data = False, ""
+        for data in sse_data(response.iter_lines()):
+            if data == "[DONE]":
+                return
+            try:
+                chunk = Chunk.model_validate_json(data)
+            except ValidationError as exc:
+                raise _malformed(response, data.encode(), first_error(exc)) from exc
+            if chunk.error is not None:
+                detail = " ".join(str(chunk.error).split())
+                raise BackendError(
+                    f"{self.name} at {self.endpoint} sent an error instead of the rest of its reply: {detail}",
+                    backend=self.name,
+                    raw=chunk.error,
+                )
+            for choice in chunk.choices[:1]:
+                finished = finished or choice.finish_reason is not None
+                if choice.delta.content:
+                    yield choice.delta.content
+        if not finished:
+            raise _malformed(response, data.encode(), "the stream ended before the reply did (no [DONE])")
+
     # -- the three calls ---------------------------------------------------------------------------
 
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
         start = time.perf_counter()
-        completion, attempts = self._call(
-            lambda: self._sync_client().chat.completions.create(**self._request(messages, params))
-        )
-        return self._result(completion, messages, time.perf_counter() - start, attempts)
+        reply, attempts = self._call(lambda: self._post(self._request(messages, params)))
+        return self._result(reply, messages, time.perf_counter() - start, attempts)
 
     async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
         msgs, p = as_messages(messages), params or SamplingParams()
         start = time.perf_counter()
-        completion, attempts = await self._acall(
-            lambda: self._async_client().chat.completions.create(**self._request(msgs, p))
-        )
-        return self._result(completion, msgs, time.perf_counter() - start, attempts)
+        reply, attempts = await self._acall(lambda: self._apost(self._request(msgs, p)))
+        return self._result(reply, msgs, time.perf_counter() - start, attempts)
 
     def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]:
         """Yield the reply's text as it arrives. Opening the stream is retried; a broken stream is not."""
         msgs, p = as_messages(messages), params or SamplingParams()
-        chunks, attempts = self._call(
-            lambda: self._sync_client().chat.completions.create(**self._request(msgs, p), stream=True)
-        )
-        try:
-            with chunks:
-                for chunk in chunks:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        yield chunk.choices[0].delta.content
-        except _STREAM_ERRORS as exc:
-            raise self._translate(exc, attempts) from exc
+        (closing, response), attempts = self._call(lambda: self._open(self._request(msgs, p)))
+        with closing:
+            try:
+                yield from self._deltas(response)
+            except _CALL_ERRORS as exc:
+                raise self._translate(exc, attempts) from exc
 
     def count_tokens(self, text: str) -> int:
         return count_tokens(text, self.model)

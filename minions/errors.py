@@ -14,6 +14,7 @@
     │   ├── RateLimitError          still rate limited after the bounded retries
     │   ├── BackendTimeoutError
     │   ├── ContextLengthError      the prompt does not fit the model's context
+    │   ├── MalformedResponseError  the server answered, but not with its API's reply (an HTML page, cut-off JSON)
     │   └── ModelOutputError        a reply that does not validate after the bounded retries
     └── BudgetExceededError         a run hit its remote token or dollar budget
 
@@ -37,6 +38,7 @@ __all__ = [
     "DocumentError",
     "DocumentNotFoundError",
     "EmptyDocumentError",
+    "MalformedResponseError",
     "MinionsError",
     "MissingAPIKeyError",
     "ModelNotFoundError",
@@ -121,6 +123,16 @@ class BackendTimeoutError(BackendError):
 
 class ContextLengthError(BackendError):
     pass
+
+
+class MalformedResponseError(BackendError):
+    """The server answered, but not with a reply its API defines: an HTML page from a proxy, JSON cut off mid-way,
+    a completion without choices, a stream that stopped before its end. ``content_type`` is what the server
+    said it sent; ``raw`` holds the start of what it sent."""
+
+    def __init__(self, message: str, *, content_type: str | None = None, **context: Any) -> None:
+        self.content_type = content_type
+        super().__init__(message, **context)
 
 
 class ModelOutputError(BackendError):

@@ -25,6 +25,7 @@ from minions.errors import (
     BackendTimeoutError,
     ConfigError,
     ContextLengthError,
+    MalformedResponseError,
     MissingAPIKeyError,
     ModelNotFoundError,
     RateLimitError,
@@ -308,14 +309,39 @@ def test_backoff_grows_exponentially_with_jitter() -> None:
     assert backoff_delay(1, 1.0, retry_after=2.5) == 2.5
 
 
-def test_timeouts_are_retried_then_translated() -> None:
+def test_a_timeout_is_not_retried() -> None:
     def slow(request: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out", request=request)
 
     server = Script(slow)
+    with pytest.raises(BackendTimeoutError, match=rf"openai/gpt-4o-mini at {BASE} did not answer within 5s") as info:
+        make_backend(server, max_retries=3, timeout=5).chat("hi")
+    assert info.value.attempts == 1 and len(server.requests) == 1
+    assert "MINIONS_REMOTE_TIMEOUT" in str(info.value)
+
+
+def test_a_timeout_after_a_transient_failure_ends_the_retries() -> None:
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    server = Script(reply(503, error_body("busy")), slow, reply())
     with pytest.raises(BackendTimeoutError) as info:
-        make_backend(server, max_retries=1, timeout=5).chat("hi")
+        make_backend(server, max_retries=3).chat("hi")
     assert info.value.attempts == 2 and len(server.requests) == 2
+
+
+def test_timeout_comes_from_the_argument_the_environment_or_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE_TIMEOUT", raising=False)
+    assert OpenAIBackend("m").timeout == openai_backend.DEFAULT_TIMEOUT_S == 120.0
+    monkeypatch.setenv("MINIONS_REMOTE_TIMEOUT", "7.5")
+    assert OpenAIBackend("m").timeout == 7.5
+    assert OpenAIBackend("m", timeout=3).timeout == 3
+    for bad in ("soon", "0", "-1", "inf"):
+        monkeypatch.setenv("MINIONS_REMOTE_TIMEOUT", bad)
+        with pytest.raises(ConfigError, match="MINIONS_REMOTE_TIMEOUT"):
+            OpenAIBackend("m")
+    with pytest.raises(ConfigError, match="timeout"):
+        OpenAIBackend("m", timeout=0)
 
 
 # -- error translation --------------------------------------------------------------------------------
@@ -353,6 +379,50 @@ def test_refusing_server_is_a_connection_error() -> None:
     with pytest.raises(BackendConnectionError, match=r"Cannot reach .*is the server running") as info:
         backend.chat("hi")
     assert url in str(info.value) and info.value.attempts == 2
+
+
+HTML = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+MALFORMED = {
+    "an html page": (httpx.Response(200, content=HTML, headers={"content-type": "text/html"}), "text/html"),
+    "cut-off json": (
+        httpx.Response(
+            200, content=json.dumps(completion()).encode()[:60], headers={"content-type": "application/json"}
+        ),
+        "Invalid JSON",
+    ),
+    "no choices": (reply(body={"id": "x", "object": "chat.completion"}), "choices: Field required"),
+    "empty choices": (reply(body={"choices": []}), "choices: List should have at least 1 item"),
+    "no message": (reply(body={"choices": [{"index": 0, "finish_reason": "stop"}]}), "choices.0.message"),
+    "a json string": (reply(body="hello"), "'\"hello\"'"),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_replies_are_retried_then_named_with_what_came_back(name: str) -> None:
+    response, shown = MALFORMED[name]
+    server = Script(response)
+    with pytest.raises(MalformedResponseError) as info:
+        make_backend(server, max_retries=1).chat("hi")
+    message = str(info.value)
+    assert f"openai/gpt-4o-mini at {BASE} answered HTTP 200" in message and shown in message
+    assert "content-type" in message and "\n" not in message
+    assert info.value.attempts == 2 and len(server.requests) == 2
+    assert info.value.content_type == response.headers["content-type"]
+
+
+def test_a_long_malformed_reply_shows_its_start_and_size() -> None:
+    body = b"<html>" + b"x" * 1000
+    server = Script(httpx.Response(200, content=body, headers={"content-type": "text/html; charset=utf-8"}))
+    with pytest.raises(MalformedResponseError) as info:
+        make_backend(server, max_retries=0).chat("hi")
+    assert f"{body[:80].decode()!r}... (1006 bytes)" in str(info.value)
+    assert info.value.raw == body[:80].decode()
+
+
+def test_a_malformed_reply_then_a_good_one_succeeds() -> None:
+    server = Script(MALFORMED["an html page"][0], reply())
+    result = make_backend(server).chat("hi")
+    assert result.text == "Paris." and result.stats["attempts"] == 2
 
 
 def test_batch_runs_on_threads_and_keeps_failures() -> None:
@@ -412,6 +482,46 @@ def test_stream_broken_midway_is_a_connection_error() -> None:
     assert pieces == ["Pa"]
 
 
+def event_stream(body: bytes) -> httpx.Response:
+    return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+
+def test_stream_cut_off_before_done_is_malformed() -> None:
+    cut = sse(["Pa", "ris"]).split(b"data: [DONE]")[0]
+    pieces: list[str] = []
+    with pytest.raises(
+        MalformedResponseError, match=r"ended before the reply did.*text/event-stream.*completion.chunk"
+    ):
+        pieces.extend(make_backend(Script(event_stream(cut))).stream("hi"))
+    assert pieces == ["Pa", "ris"]
+
+
+def test_stream_with_an_event_that_is_not_json_is_malformed() -> None:
+    body = sse(["Pa"]).split(b"data: [DONE]")[0] + b'data: {"choices": [{"delta": {"cont\n\n'
+    with pytest.raises(MalformedResponseError, match=r"Invalid JSON.*'\{\"choices\"") as info:
+        list(make_backend(Script(event_stream(body))).stream("hi"))
+    assert info.value.content_type == "text/event-stream"
+
+
+def test_stream_error_event_is_an_error_with_the_servers_message() -> None:
+    body = sse(["Pa"]).split(b"data: [DONE]")[0] + b'data: {"error": {"message": "model crashed"}}\n\n'
+    with pytest.raises(BackendError, match=rf"at {BASE} sent an error .*model crashed"):
+        list(make_backend(Script(event_stream(body))).stream("hi"))
+
+
+def test_stream_answered_with_a_page_is_retried_then_malformed() -> None:
+    server = Script(MALFORMED["an html page"][0])
+    with pytest.raises(MalformedResponseError, match=r"not an event stream; content-type text/html") as info:
+        list(make_backend(server, max_retries=1).stream("hi"))
+    assert len(server.requests) == 2 and info.value.attempts == 2
+
+
+def test_stream_ending_with_a_finish_reason_needs_no_done() -> None:
+    chunk = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}
+    body = f"data: {json.dumps(chunk)}\n\n".encode()
+    assert list(make_backend(Script(event_stream(body))).stream("hi")) == ["Hi"]
+
+
 def test_stream_translates_errors() -> None:
     server = Script(reply(404, error_body("no such model")))
     with pytest.raises(ModelNotFoundError):
@@ -440,6 +550,14 @@ def test_achat_translates_like_chat(monkeypatch: pytest.MonkeyPatch) -> None:
     server = Script(reply(404, error_body("no such model")))
     with pytest.raises(ModelNotFoundError):
         asyncio.run(async_backend(server, monkeypatch).achat("hi"))
+
+
+def test_achat_checks_replies_like_chat(monkeypatch: pytest.MonkeyPatch) -> None:
+    cut = json.dumps(completion()).encode()[:60]
+    server = Script(lambda _: httpx.Response(200, content=cut, headers={"content-type": "application/json"}))
+    with pytest.raises(MalformedResponseError, match="Invalid JSON"):
+        asyncio.run(async_backend(server, monkeypatch).achat("hi"))
+    assert len(server.requests) == 5  # the default max_retries, 4
 
 
 # -- a real OpenAI-compatible server ------------------------------------------------------------------
