@@ -3,23 +3,30 @@
 The server runs on this machine (``local=True``): text sent to it stays here. Ollama reports its own token
 counts and timings (in nanoseconds), which become the result's usage and timings. The context window is
 sent with every request (``num_ctx``), since Ollama otherwise truncates prompts at its own small default.
+
+Something else listening at the host (a web server, a proxy's error page) answers with a body the ``ollama``
+client cannot read: that is a ``MalformedResponseError`` that names the host and shows what came back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import ollama
+from pydantic import ValidationError
 
 from minions.errors import (
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
+    MalformedResponseError,
     MinionsError,
     ModelNotFoundError,
 )
@@ -27,6 +34,7 @@ from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .base import BaseBackend, Capabilities, MessagesLike
+from .wire import first_error, glimpse
 
 __all__ = ["DEFAULT_HOST", "OllamaBackend"]
 
@@ -34,6 +42,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 NS = 1e9
+
+_FAILURES = (ollama.ResponseError, ConnectionError, httpx.TransportError)
+# What the ollama client raises when a body is not Ollama's: not JSON (JSONDecodeError, a ValueError), JSON
+# of another shape (pydantic's ValidationError, also a ValueError), or not an object (TypeError from
+# ``cls(**body)``, AttributeError from ``body.get`` in a stream). Only the client's own call is wrapped.
+_NOT_OLLAMA = (ValueError, TypeError, AttributeError)
 
 
 class OllamaBackend(BaseBackend):
@@ -61,8 +75,12 @@ class OllamaBackend(BaseBackend):
             context_window=context_window,
         )
         extra: dict[str, Any] = {"transport": transport} if transport is not None else {}
+        self._seen = threading.local()  # the content type of this thread's last response, for error messages
         # Building the client opens no connection: a server that is down shows at the first call.
-        self._client = ollama.Client(host=self.host, timeout=timeout, **extra)
+        self._client = ollama.Client(host=self.host, timeout=timeout, event_hooks={"response": [self._saw]}, **extra)
+
+    def _saw(self, response: httpx.Response) -> None:
+        self._seen.content_type = response.headers.get("content-type")
 
     def _request(self, messages: list[Message], params: SamplingParams) -> dict[str, Any]:
         """The keyword arguments of ``ollama.Client.chat`` for one call."""
@@ -103,17 +121,37 @@ class OllamaBackend(BaseBackend):
                 "a first call loads the model, so retry, or raise the backend's timeout.",
                 backend=self.name,
             )
+        if isinstance(exc, _NOT_OLLAMA):
+            return self._malformed(exc)
         # ollama turns httpx.ConnectError into the builtin ConnectionError; other httpx errors pass through.
         return BackendConnectionError(
             f"Cannot reach Ollama at {self.host}: start it with `ollama serve` or set OLLAMA_HOST.",
             backend=self.name,
         )
 
+    def _malformed(self, exc: Exception) -> MalformedResponseError:
+        """What came back instead of an Ollama reply: its content type and, as far as the error kept it, its start."""
+        if isinstance(exc, json.JSONDecodeError):
+            why, body = f"not JSON: {exc.msg}", exc.doc
+        elif isinstance(exc, ValidationError):
+            why, body = first_error(exc), json.dumps(exc.errors(include_url=False)[0].get("input"), default=str)
+        else:
+            why, body = f"not a JSON object: {exc}", ""
+        content_type = getattr(self._seen, "content_type", None)
+        return MalformedResponseError(
+            f"Ollama at {self.host} answered with something other than an Ollama reply ({why}; "
+            f"{glimpse(content_type, body.encode())}): check OLLAMA_HOST (is another server listening there?).",
+            content_type=content_type,
+            backend=self.name,
+            raw=body,
+        )
+
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
         start = time.perf_counter()
+        request = self._request(messages, params)
         try:
-            reply = self._client.chat(**self._request(messages, params))
-        except (ollama.ResponseError, ConnectionError, httpx.TransportError) as exc:
+            reply = self._client.chat(**request)
+        except (*_FAILURES, *_NOT_OLLAMA) as exc:
             raise self._translate(exc) from exc
         return self._result(reply, messages, time.perf_counter() - start)
 
@@ -147,5 +185,5 @@ class OllamaBackend(BaseBackend):
             for part in self._client.chat(**kwargs, stream=True):
                 if part.message.content:
                     yield part.message.content
-        except (ollama.ResponseError, ConnectionError, httpx.TransportError) as exc:
+        except (*_FAILURES, *_NOT_OLLAMA) as exc:
             raise self._translate(exc) from exc
