@@ -10,6 +10,7 @@ Every protocol has the same ``run(task, documents) -> RunResult``; every remote 
 from .base import BaseProtocol
 from .baselines import RAG, LocalOnly, RemoteOnly
 from .channel import Meter, RemoteChannel
+from .choice import default_protocol, missing_remote, needs_remote
 from .factory import PROTOCOLS, get_protocol
 from .minion import Minion
 from .minions_protocol import Minions
@@ -47,5 +48,8 @@ __all__ = [
     "RoundRecord",
     "RunOptions",
     "RunResult",
+    "default_protocol",
     "get_protocol",
+    "missing_remote",
+    "needs_remote",
 ]

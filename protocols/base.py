@@ -12,11 +12,12 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.chunking import Chunk
 from minions.documents import Document
-from minions.errors import BackendError, BudgetExceededError
+from minions.errors import BackendError, BudgetExceededError, ConfigError
 from minions.events import CancelToken, EventSink, FinalAnswer, emit
 
 from .aggregate import locate, verify_citation
 from .channel import Meter, RemoteChannel
+from .choice import missing_remote, needs_remote
 from .context import RunCancelled, RunContext, remote_only_estimate
 from .inputs import DocumentsLike, as_documents, check_task
 from .options import RunOptions
@@ -34,8 +35,9 @@ MAX_LISTED = 30
 class BaseProtocol:
     """``Protocol(local, remote, **options).run(task, documents) -> RunResult``.
 
-    ``local`` and ``remote`` are backends or ``"provider/model"`` strings; with no remote, the local model
-    plays both parts (and nothing leaves the device). ``options`` are the fields of ``RunOptions``.
+    ``local`` and ``remote`` are backends or ``"provider/model"`` strings. Only ``local`` runs without a
+    remote model (and then nothing leaves the device); the others raise ``ConfigError``, since a local model
+    cast as the planner fails. ``options`` are the fields of ``RunOptions``.
     """
 
     name: ClassVar[str] = "base"
@@ -50,8 +52,10 @@ class BaseProtocol:
         **options: Any,
     ) -> None:
         self.options = RunOptions.from_kwargs(options)
+        if remote is None and needs_remote(self.name):
+            raise ConfigError(missing_remote(self.name))
         self.local = resolve(local)
-        self.remote = resolve(remote) if remote is not None else self.local
+        self.remote = resolve(remote) if remote is not None else self.local  # LocalOnly: it never asks it
         self.events = events
         self.cancel = cancel
 

@@ -75,6 +75,15 @@ def test_protocol_and_dataset_options(capsys, tmp_path) -> None:
     assert line["config"]["protocol_options"] == {"remote_max_tokens": 300} and len(line["documents"]) == 4
 
 
+def test_a_protocol_that_needs_a_remote_model_without_one_stops_before_any_item(capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    out = tmp_path / "o.jsonl"
+    code, _, err = run(capsys, "eval", "run", "longhealth", "--data", str(LONGHEALTH_MINI), "--local", "fake/local",
+                       "--protocol", "minions", "--out", str(out))  # fmt: skip
+    one_line_error(code, err, "The minions protocol needs a remote model", "--remote", "MINIONS_REMOTE", "local")
+    assert not out.exists() and "[1/" not in err
+
+
 def test_unknown_dataset_lists_the_valid_ones(capsys, tmp_path) -> None:
     code, _, err = run(capsys, "eval", "run", "finance", "--data", ".", "--out", str(tmp_path / "x.jsonl"))
     one_line_error(code, err, "Unknown dataset 'finance'", "financebench, longhealth, qasper")

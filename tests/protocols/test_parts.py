@@ -7,8 +7,18 @@ import pytest
 
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
-from minions.errors import DocumentNotFoundError, EmptyDocumentError
-from minions.protocols import BM25, PROTOCOLS, InputError, LocalOnly, Minions, RunOptions, get_protocol
+from minions.errors import ConfigError, DocumentNotFoundError, EmptyDocumentError
+from minions.protocols import (
+    BM25,
+    PROTOCOLS,
+    InputError,
+    LocalOnly,
+    Minions,
+    RunOptions,
+    default_protocol,
+    get_protocol,
+    needs_remote,
+)
 from minions.protocols.aggregate import verify_citation
 from minions.protocols.parsing import as_answer, extract_json
 from minions.protocols.prompts import render
@@ -68,7 +78,7 @@ def test_bm25_ranks_the_matching_text_first():
 
 
 def test_empty_task_and_missing_documents_are_clear_errors(local, doc, tmp_path):
-    m = Minions(local)
+    m = Minions(local, local)
     with pytest.raises(InputError, match="task is empty"):
         m.run("  ", [doc])
     with pytest.raises(InputError, match="No documents"):
@@ -103,8 +113,24 @@ def test_unknown_options_and_protocols_are_named():
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
 def test_get_protocol_builds_each_with_options(name):
-    p = get_protocol(name, ScriptedBackend("scripted/l"), None, max_rounds=2)
+    model = ScriptedBackend("scripted/l")
+    p = get_protocol(name, model, model, max_rounds=2)
     assert p.name == name and p.options.max_rounds == 2 and p.remote is p.local
+
+
+@pytest.mark.parametrize("name", sorted(set(PROTOCOLS) - {"local"}))
+def test_a_protocol_that_needs_a_remote_model_refuses_to_start_without_one(name):
+    with pytest.raises(ConfigError, match=rf"^The {name} protocol needs a remote model: .*MINIONS_REMOTE.*local"):
+        get_protocol(name, ScriptedBackend("scripted/l"))
+    with pytest.raises(ConfigError, match="needs a remote model"):
+        PROTOCOLS[name](ScriptedBackend("scripted/l"), None)
+
+
+def test_only_local_runs_without_a_remote_model_and_is_then_the_default():
+    p = get_protocol("local", ScriptedBackend("scripted/l"))
+    assert p.remote is p.local
+    assert [n for n in PROTOCOLS if not needs_remote(n)] == ["local"]
+    assert default_protocol(has_remote=False) == "local" and default_protocol(has_remote=True) == "minions"
 
 
 def test_backends_resolve_from_strings():

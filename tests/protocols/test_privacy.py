@@ -97,7 +97,7 @@ def test_redaction_does_not_touch_a_remote_on_this_device(local):
     assert result.egress == () and "jane@example.com" in on_device.history[0].prompt
 
 
-def test_no_remote_means_the_local_model_plans_and_nothing_leaves(doc):
+def test_a_local_model_cast_as_the_remote_one_plans_and_nothing_leaves(doc):
     def both_parts(messages, params):
         prompt = messages[-1].content
         if prompt.startswith("You direct"):
@@ -105,7 +105,7 @@ def test_no_remote_means_the_local_model_plans_and_nothing_leaves(doc):
         return job_reply(messages, params)
 
     local = ScriptedBackend("scripted/local", responder=both_parts)
-    result = Minions(local).run("What was revenue?", [doc])
+    result = Minions(local, local).run("What was revenue?", [doc])
     assert result.complete and result.egress == () and result.usage["remote"].calls == 2
 
 
