@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from minions.errors import MinionsError
+from minions.errors import ConfigError, MinionsError
 
 if TYPE_CHECKING:
     from minions.protocols import RunResult
@@ -47,7 +47,7 @@ def _resolve_models(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from minions.documents import load_documents
-    from minions.protocols import Budget, get_protocol
+    from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
 
     *paths, question = args.inputs
     if not paths:
@@ -56,6 +56,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise MinionsError("The question is empty: write what you want to know about the documents.")
     documents = load_documents(paths)
     local, remote = _resolve_models(args)
+    name = args.protocol or default_protocol(remote is not None)
+    if remote is None and needs_remote(name):
+        raise ConfigError(
+            missing_remote(name, "pass --remote provider/model or set MINIONS_REMOTE, or use --protocol local")
+        )
     options: dict[str, Any] = {}
     if args.budget_tokens is not None or args.budget_usd is not None:
         options["budget"] = Budget(max_remote_tokens=args.budget_tokens, max_remote_usd=args.budget_usd)
@@ -67,8 +72,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
         options["chunk_by"] = args.chunk_by
     if args.max_rounds is not None:
         options["max_rounds"] = args.max_rounds
-    # Planning needs a capable model: with no remote configured, the local model map-reduces the chunks.
-    name = args.protocol or ("minions" if remote is not None else "local")
     protocol = get_protocol(name, local=local, remote=remote, **options)
 
     from minions.render import LiveProgress

@@ -73,6 +73,18 @@ def test_refused_connection(capsys) -> None:
     assert_one_line_error(code, err, "127.0.0.1:9")
 
 
+@pytest.mark.parametrize("protocol", ["minions", "rag"])
+def test_a_protocol_that_needs_a_remote_model_without_one(capsys, monkeypatch, protocol) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    code, _, err = run_cli(capsys, "ask", str(EXAMPLE), "what?", "--protocol", protocol)
+    assert_one_line_error(
+        code,
+        err,
+        f"The {protocol} protocol needs a remote model: pass --remote provider/model or set MINIONS_REMOTE, "
+        "or use --protocol local.",
+    )
+
+
 def test_no_question(capsys) -> None:
     code, _, err = run_cli(capsys, "ask", str(EXAMPLE), "  ")
     assert_one_line_error(code, err, "question")
