@@ -1,6 +1,8 @@
 """An OpenAI-compatible API: any client of ``/v1/chat/completions`` can use minions as if it were a model.
 
-- The model name picks the protocol: ``minions``, ``minion``, ``remote``, ``local`` or ``rag``.
+- The model name picks the protocol: ``minions``, ``minion``, ``remote``, ``local`` or ``rag``. Without a remote
+  model (``--remote``, ``MINIONS_REMOTE`` or the app's settings) only ``local`` is listed and runs; naming
+  another is a 400 that says how to configure one.
 - The question is the last user message. Earlier messages (system or user) of at least
   ``LONG_CONTENT_CHARS`` characters are documents; so is a long last user message, whose last paragraph is
   then the question. Shorter earlier messages (a system prompt, earlier turns) are not used.
@@ -26,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from minions.documents import Document
 from minions.events import Event
-from minions.protocols import PROTOCOLS, InputError
+from minions.protocols import PROTOCOLS, InputError, missing_remote
 
 from .runs import Outcome, RunRequest
 from .state import ApiError, AppState, error_body, sse, state_of, status_for
@@ -35,6 +37,7 @@ __all__ = ["LONG_CONTENT_CHARS", "ChatCompletionRequest", "router", "split_messa
 
 LONG_CONTENT_CHARS = 2000
 MAX_QUESTION_CHARS = 4000
+REMOTE_HOW = "start minions serve with --remote provider/model or set MINIONS_REMOTE, or use the model local"
 
 router = APIRouter(prefix="/v1")
 
@@ -104,10 +107,13 @@ def split_messages(messages: list[ChatMessage]) -> tuple[str, list[Document]]:
 
 
 @router.get("/models")
-async def list_models() -> dict[str, Any]:
+async def list_models(request: Request) -> dict[str, Any]:
+    """The protocols that run with the configured models."""
+    settings = state_of(request).settings()
+    usable = [name for name in PROTOCOLS if settings.can_run(name)]
     return {
         "object": "list",
-        "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minions"} for name in PROTOCOLS],
+        "data": [{"id": name, "object": "model", "created": 0, "owned_by": "minions"} for name in usable],
     }
 
 
@@ -123,6 +129,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
             code="model_not_found",
             param="model",
         )
+    settings = state.settings()
+    if not settings.can_run(protocol):
+        raise ApiError(400, missing_remote(protocol, REMOTE_HOW), code="model_not_available", param="model")
     if body.n != 1:
         raise ApiError(400, "n must be 1: a run gives one answer.", param="n")
     question, inline = split_messages(body.messages)
@@ -134,9 +143,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
             "`documents`, or add documents to the library.",
             param="documents",
         )
-    run = RunRequest(
-        question, _documents(state, inline, ids), state.settings().model_copy(update={"protocol": protocol})
-    )
+    run = RunRequest(question, _documents(state, inline, ids), settings.model_copy(update={"protocol": protocol}))
     completion = _Completion(protocol)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage

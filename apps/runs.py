@@ -24,7 +24,7 @@ from minions.backends.registry import default_local, default_remote, providers, 
 from minions.documents import Document
 from minions.errors import MinionsError, UnknownProviderError
 from minions.events import CancelToken, Event, JobToken, Notice, emit
-from minions.protocols import PROTOCOLS, Budget, RunOptions, RunResult, get_protocol
+from minions.protocols import PROTOCOLS, Budget, RunOptions, RunResult, default_protocol, get_protocol, needs_remote
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
 
@@ -43,8 +43,9 @@ class Settings(BaseModel):
 
     local: str = Field(min_length=1, max_length=500)
     remote: str | None = Field(default=None, max_length=500)
-    """None: the local model also plays the remote part, and nothing leaves the device."""
-    protocol: str = "minions"
+    """None: only the ``local`` protocol runs, and nothing leaves the device."""
+    protocol: str
+    """By default ``minions`` with a remote model, ``local`` without one (``Models.default_settings``)."""
     budget_tokens: int | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, gt=0)
     redact: bool = False
@@ -61,6 +62,10 @@ class Settings(BaseModel):
         if value not in PROTOCOLS:
             raise ValueError(f"unknown protocol {value!r}: use one of {', '.join(PROTOCOLS)}")
         return value
+
+    def can_run(self, protocol: str) -> bool:
+        """Whether ``protocol`` runs with these models: all but ``local`` need a remote one."""
+        return self.remote is not None or not needs_remote(protocol)
 
     def options(self) -> dict[str, Any]:
         """Keyword options for ``get_protocol``."""
@@ -106,7 +111,8 @@ class Models:
             return self._built[spec]
 
     def default_settings(self) -> Settings:
-        return Settings(local=self.default_local, remote=self.default_remote)
+        has_remote = self.default_remote is not None
+        return Settings(local=self.default_local, remote=self.default_remote, protocol=default_protocol(has_remote))
 
 
 def _spec(model: Backend | str | None) -> str | None:

@@ -19,6 +19,7 @@ from minions.errors import (
     DocumentNotFoundError,
     MinionsError,
 )
+from minions.protocols import default_protocol
 
 from .config import AppConfig
 from .library import Library, UnsupportedUploadError, UploadTooLargeError
@@ -38,14 +39,18 @@ class AppState:
     runner: Runner
 
     def settings(self) -> Settings:
-        """The saved settings over the defaults; a saved value that no longer validates is dropped."""
+        """The saved settings over the defaults; a saved value that no longer validates is dropped, and a saved
+        protocol that needs a remote model, with none set, gives way to the default without one."""
         defaults = self.runner.models.default_settings()
         saved = self.store.settings()
         try:
-            return Settings.model_validate({**defaults.model_dump(), **saved})
+            settings = Settings.model_validate({**defaults.model_dump(), **saved})
         except ValueError as exc:
             log.warning("ignoring saved settings that no longer validate (%s)", exc)
             return defaults
+        if not settings.can_run(settings.protocol):
+            return settings.model_copy(update={"protocol": default_protocol(has_remote=False)})
+        return settings
 
 
 def state_of(request: Request) -> AppState:

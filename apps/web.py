@@ -34,7 +34,7 @@ from minions.backends.base import Backend
 from minions.documents import Document
 from minions.errors import DocumentError
 from minions.events import Event
-from minions.protocols import PROTOCOLS, InputError
+from minions.protocols import PROTOCOLS, InputError, default_protocol, missing_remote, needs_remote
 
 from . import openai_api
 from .config import AppConfig
@@ -49,6 +49,8 @@ __all__ = ["STATIC_DIR", "create_app"]
 log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
+REMOTE_HOW = "set one in Settings or MINIONS_REMOTE"
+"""How to give the protocols that need a remote model one, as the page says it."""
 _READ_BLOCK = 1024 * 1024
 PAGE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -75,13 +77,16 @@ def create_app(
         Runner(Models(local, remote)),
     )
     models = state.runner.models
+    current = state.settings()
     chosen: dict[str, str | None] = {}
     if local is not None:
         chosen["local"] = models.default_local
     if remote is not None:
         chosen["remote"] = models.default_remote
+        if current.remote is None:  # local was the only choice: with a remote model comes its default
+            chosen["protocol"] = default_protocol(has_remote=True)
     if chosen:
-        store.save_settings(state.settings().model_copy(update=chosen).model_dump())
+        store.save_settings(current.model_copy(update=chosen).model_dump())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -126,7 +131,12 @@ class AskBody(_Strict):
 async def info(request: Request) -> dict[str, Any]:
     state = state_of(request)
     return {
-        "protocols": list(PROTOCOLS),
+        "protocols": [{"name": name, "needs_remote": needs_remote(name)} for name in PROTOCOLS],
+        "remote_needed": missing_remote(None, REMOTE_HOW),
+        "default_protocol": {
+            "with_remote": default_protocol(has_remote=True),
+            "without_remote": default_protocol(has_remote=False),
+        },
         "accepted": list(ACCEPTED_SUFFIXES),
         "max_upload_bytes": state.config.max_upload_bytes,
         "defaults": state.runner.models.default_settings().model_dump(),
@@ -144,6 +154,8 @@ async def put_settings(body: Settings, request: Request) -> dict[str, Any]:
     for spec in (body.local, body.remote):
         if spec:
             state.runner.models.check(spec)
+    if not body.can_run(body.protocol):
+        raise ApiError(400, missing_remote(body.protocol, REMOTE_HOW), param="protocol")
     state.store.save_settings(body.model_dump())
     return body.model_dump()
 

@@ -477,12 +477,32 @@ function setBusy(busy) {
 }
 
 // -- settings -----------------------------------------------------------------------------------------------
+// Protocols other than local need a remote model: without one they are shown disabled, with the reason.
+function syncProtocols() {
+  const select = $("#set-protocol");
+  const hasRemote = $("#set-remote").value.trim() !== "";
+  const defaults = state.info.default_protocol;
+  for (const option of select.options) {
+    const p = state.info.protocols.find((q) => q.name === option.value);
+    option.disabled = p.needs_remote && !hasRemote;
+    option.textContent = option.disabled ? `${p.name} (${state.info.remote_needed})` : p.name;
+    option.title = option.disabled ? state.info.remote_needed : "";
+  }
+  // Without a remote model local was the only choice; with one, the default is the protocol that uses it.
+  if (select.selectedOptions[0]?.disabled) select.value = defaults.without_remote;
+  else if (hasRemote && select.dataset.hadRemote === "" && select.value === defaults.without_remote) {
+    select.value = defaults.with_remote;
+  }
+  select.dataset.hadRemote = hasRemote ? "1" : "";
+}
+
 async function loadSettings() {
   const s = await api("GET", "/api/settings");
-  $("#set-protocol").replaceChildren(...state.info.protocols.map((p) => el("option", { value: p, text: p })));
+  $("#set-protocol").replaceChildren(...state.info.protocols.map((p) => el("option", { value: p.name, text: p.name })));
   $("#set-local").value = s.local || "";
   $("#set-remote").value = s.remote || "";
   $("#set-protocol").value = s.protocol;
+  syncProtocols();
   $("#set-max-rounds").value = s.max_rounds;
   $("#set-budget-tokens").value = s.budget_tokens ?? "";
   $("#set-budget-usd").value = s.budget_usd ?? "";
@@ -525,6 +545,7 @@ async function start() {
   });
   $("#stop").addEventListener("click", () => state.busy && state.busy.abort());
   $("#settings-form").addEventListener("submit", saveSettings);
+  $("#set-remote").addEventListener("input", syncProtocols);
   $("#viewer-close").addEventListener("click", () => { $("#viewer").hidden = true; });
 
   try {

@@ -45,6 +45,13 @@ def make_app(tmp_path: Path) -> AppFactory:
 
 
 @pytest.fixture
+def make_local_app(make_app: AppFactory, monkeypatch: pytest.MonkeyPatch) -> AppFactory:
+    """``make_local_app(**config)``: the app on the scripted local model, with no remote model configured."""
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    return lambda **config: make_app(scripted_models()[0], None, **config)
+
+
+@pytest.fixture
 def client(make_app: AppFactory) -> Iterator[TestClient]:
     with TestClient(make_app(), base_url="http://127.0.0.1:8765") as c:
         yield c

@@ -117,3 +117,28 @@ def test_stop_cancels_the_run_and_shows_what_was_saved(browser: Any, make_app: A
         stopped = wait(browser, lambda d: css(d, '.msg.assistant[data-status="cancelled"] .note'), timeout=30)[0]
         assert stopped.text.startswith("Stopped: Cancelled")
         assert css(browser, "#ask")[0].is_displayed()
+
+
+def test_without_a_remote_model_the_page_offers_local_and_says_why_the_others_are_off(
+    browser: Any, make_local_app: AppFactory
+) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    with LiveServer(make_local_app()) as server:
+        open_page(browser, server.url + "/")
+        select, remote = css(browser, "#set-protocol")[0], css(browser, "#set-remote")[0]
+
+        def offered() -> dict[str, tuple[bool, str]]:
+            return {o.get_attribute("value"): (o.is_enabled(), o.text) for o in css(select, "option")}
+
+        assert select.get_attribute("value") == "local"
+        reason = "needs a remote model: set one in Settings or MINIONS_REMOTE"
+        assert offered() == {
+            "minions": (False, f"minions ({reason})"), "minion": (False, f"minion ({reason})"),
+            "remote": (False, f"remote ({reason})"), "local": (True, "local"), "rag": (False, f"rag ({reason})"),
+        }  # fmt: skip
+
+        remote.send_keys("openai/gpt-4o-mini")  # a remote model brings its default protocol
+        assert select.get_attribute("value") == "minions" and all(on for on, _ in offered().values())
+        remote.send_keys(Keys.CONTROL, "a", Keys.BACKSPACE)
+        assert select.get_attribute("value") == "local" and not offered()["minions"][0]

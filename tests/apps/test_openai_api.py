@@ -39,6 +39,25 @@ def test_models_are_the_protocols(client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list()] == ["minions", "minion", "remote", "local", "rag"]
 
 
+def test_without_a_remote_model_only_local_is_listed_and_the_others_are_a_400(make_local_app: AppFactory) -> None:
+    messages = [{"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}]
+    with (
+        LiveServer(make_local_app()) as server,
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0) as client,
+    ):
+        assert [m.id for m in client.models.list()] == ["local"]
+        for model in ("minions", "rag"):
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(model=model, messages=messages)
+            assert refused.value.code == "model_not_available" and refused.value.param == "model"
+            assert refused.value.body["message"] == (
+                f"The {model} protocol needs a remote model: start minions serve with --remote provider/model "
+                "or set MINIONS_REMOTE, or use the model local."
+            )
+        response = client.chat.completions.create(model="local", messages=messages)
+        assert response.model == "local" and response.model_extra["minions"]["egress"] == []
+
+
 def test_a_completion_over_the_library_with_the_runs_usage(client: openai.OpenAI, server: LiveServer) -> None:
     add_report(server)
 

@@ -1,8 +1,9 @@
 """The app on the real local model (llama.cpp with the shipped SmolLM2), through its HTTP API.
 
-The ``local`` protocol keeps it to one job over the one chunk of a short note: SmolLM2 on a shared 2-core
-machine decodes a few tokens a second when other work runs, and the minions protocol (plan, jobs, decide)
-would take minutes there. The protocols themselves are tested on scripted models and in their own suites.
+With no remote model the default protocol is ``local``, which keeps it to one job over the one chunk of a short
+note: SmolLM2 on a shared 2-core machine decodes a few tokens a second when other work runs, and the minions
+protocol (plan, jobs, decide) would take minutes there. The protocols themselves are tested on scripted models
+and in their own suites.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ def test_a_question_runs_on_smollm2_end_to_end_and_nothing_leaves_the_device(
     monkeypatch.delenv("MINIONS_REMOTE", raising=False)
     app = make_app(LlamaCppBackend(n_ctx=4096), None)
     with LiveServer(app) as server, httpx.Client(base_url=server.url, timeout=300) as http:
-        settings = {**http.get("/api/settings").json(), "protocol": "local"}
+        settings = http.get("/api/settings").json()  # no remote model: local is the default
         assert settings["local"].startswith("llamacpp/") and settings["remote"] is None
-        assert http.put("/api/settings", json=settings).status_code == 200
+        assert settings["protocol"] == "local"
         http.post("/api/documents", files={"files": ("note.txt", NOTE.encode())}).raise_for_status()
         conversation = http.post("/api/conversations").json()["id"]
 

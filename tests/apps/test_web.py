@@ -193,8 +193,56 @@ def test_settings_are_validated(client: TestClient) -> None:
     ]:
         response = client.put("/api/settings", json={**settings, **change})
         assert response.status_code == 400 and message in response.json()["error"]["message"], response.json()
-    saved = client.put("/api/settings", json={**settings, "remote": "", "budget_tokens": 5000}).json()
-    assert saved["remote"] is None and saved["budget_tokens"] == 5000
+    saved = client.put("/api/settings", json={**settings, "remote": "", "protocol": "local", "budget_tokens": 5000})
+    assert saved.json()["remote"] is None and saved.json()["budget_tokens"] == 5000
+
+
+def test_with_a_remote_model_the_default_is_minions(client: TestClient) -> None:
+    assert client.get("/api/info").json()["defaults"]["protocol"] == "minions"
+    assert client.get("/api/settings").json()["protocol"] == "minions"
+
+
+def test_without_a_remote_model_the_default_is_local_and_the_others_are_offered_disabled(
+    make_local_app: AppFactory,
+) -> None:
+    with TestClient(make_local_app(), base_url=BASE) as client:
+        info = client.get("/api/info").json()
+        assert info["defaults"]["protocol"] == "local" and info["defaults"]["remote"] is None
+        assert {p["name"]: p["needs_remote"] for p in info["protocols"]} == {
+            "minions": True, "minion": True, "remote": True, "local": False, "rag": True,
+        }  # fmt: skip
+        assert info["remote_needed"] == "needs a remote model: set one in Settings or MINIONS_REMOTE"
+        settings = client.get("/api/settings").json()
+        assert settings["protocol"] == "local" and settings["remote"] is None
+
+        refused = client.put("/api/settings", json={**settings, "protocol": "minions"})
+        assert refused.status_code == 400 and refused.json()["error"] == {
+            "message": "The minions protocol needs a remote model: set one in Settings or MINIONS_REMOTE.",
+            "type": "invalid_request_error", "code": None, "param": "protocol",
+        }  # fmt: skip
+
+        upload(client)
+        _, events = ask(client, "What was revenue in fiscal 2023?")
+        answer = events[-1]["message"]
+        assert answer["status"] == "ok" and answer["meta"]["protocol"] == "local", answer
+        assert answer["meta"]["result"]["egress"] == [] and answer["meta"]["remote_leaves_device"] is False
+
+
+def test_a_saved_protocol_that_needs_the_remote_model_gives_way_when_it_goes(make_local_app: AppFactory) -> None:
+    app = make_local_app()
+    settings = app.state.minions.settings().model_dump()
+    app.state.minions.store.save_settings({**settings, "protocol": "rag"})  # saved by an older version
+    with TestClient(app, base_url=BASE) as client:
+        assert client.get("/api/settings").json()["protocol"] == "local"
+
+
+def test_a_remote_model_given_at_start_brings_its_default_protocol(
+    make_local_app: AppFactory, make_app: AppFactory
+) -> None:
+    make_local_app()  # saves the local model, and with it local, the only protocol without a remote model
+    with TestClient(make_app(*scripted_models()), base_url=BASE) as client:
+        settings = client.get("/api/settings").json()
+        assert settings["remote"] == "scripted/gpt-4o-mini" and settings["protocol"] == "minions"
 
 
 def test_conversations_can_be_listed_and_deleted(client: TestClient) -> None:
