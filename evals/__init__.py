@@ -11,6 +11,8 @@ The same from the shell: ``minions eval run|report``.
 
 from .datasets import DATASETS, DatasetSpec, load_dataset
 from .errors import DatasetLayoutError, EvalError, ResultsFileError, UnknownDatasetError
+from .evidence import EvidenceScores, covers, evidence_scores
+from .gold import GoldEvidence
 from .items import METRICS, Dataset, EvalItem, Metric
 from .judge import Judge, Verdict
 from .metrics import max_f1, numeric_match, parse_choice, parse_yes_no_maybe, score, token_f1
@@ -27,6 +29,8 @@ __all__ = [
     "EvalConfig",
     "EvalError",
     "EvalItem",
+    "EvidenceScores",
+    "GoldEvidence",
     "Judge",
     "Metric",
     "ResultsFile",
@@ -35,6 +39,8 @@ __all__ = [
     "RunSummary",
     "UnknownDatasetError",
     "Verdict",
+    "covers",
+    "evidence_scores",
     "load_dataset",
     "markdown_report",
     "max_f1",

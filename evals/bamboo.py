@@ -3,6 +3,11 @@
 Layout: ``datasets/paperqa_{4k,16k}.jsonl``; each line has ``question``, ``options`` (``["A. ...", "B. ...",
 ...]``), ``answer`` (the letter), ``content`` (the paper) and ``evidence``. The published files have one or
 two lines that are not valid JSON: they are skipped with a warning, never fatal.
+
+Gold evidence: ``evidence`` holds sentences of the paper, several joined by spaces and lightly edited (spacing,
+hyphenation); some come from the abstract, which ``content`` lacks. Each sentence of it becomes one place: its
+span in the paper where it is found (ignoring case, spacing and punctuation), else its text alone when the paper
+holds most of its wording (``MIN_PRESENT``); sentences the paper does not hold are dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from pathlib import Path
 
 from minions.documents import Document
 
+from .gold import EvidenceSet, GoldEvidence, Locator, one_annotator, share_in
 from .items import LETTERS, Dataset, EvalItem, eager, locate_file, read_jsonl, require_fields, warn_skipped
 
 __all__ = ["load_bamboo_paperqa"]
@@ -19,6 +25,11 @@ __all__ = ["load_bamboo_paperqa"]
 CANDIDATES = ("paperqa_16k.jsonl", "datasets/paperqa_16k.jsonl", "paperqa_4k.jsonl", "datasets/paperqa_4k.jsonl")
 FIELDS = ("question", "options", "answer", "content")
 _OPTION_PREFIX = re.compile(r"\s*\(?([A-J])\s*[.):]\s*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])|\s{2,}")
+MIN_SENTENCE_WORDS = 4
+"""Shorter pieces of ``evidence`` (a heading, a stray "et al.") are joined to the sentence before them."""
+MIN_PRESENT = 0.5
+"""The share of an unplaced sentence's word trigrams the paper must hold for it to count as evidence."""
 
 
 def _option_text(option: str, index: int) -> str:
@@ -27,6 +38,27 @@ def _option_text(option: str, index: int) -> str:
     if m and m.group(1) == LETTERS[index]:
         return option[m.end() :].strip()
     return option.strip()
+
+
+def _sentences(evidence: str) -> list[str]:
+    sentences: list[str] = []
+    for piece in _SENTENCE_END.split(evidence.strip()):
+        if sentences and len(piece.split()) < MIN_SENTENCE_WORDS:
+            sentences[-1] = f"{sentences[-1]} {piece}"
+        elif piece.strip():
+            sentences.append(piece.strip())
+    return sentences
+
+
+def _evidence(evidence: str, paper: Document) -> EvidenceSet:
+    """Each sentence of ``evidence`` that the paper holds, placed where it is found."""
+    locator = Locator(paper.text)
+    places = []
+    for sentence in _sentences(evidence):
+        span = locator.find(sentence)
+        if span is not None or share_in(sentence, paper.text) >= MIN_PRESENT:
+            places.append(GoldEvidence(paper.name, sentence, *(span or (None, None))))
+    return tuple(places)
 
 
 def load_bamboo_paperqa(path: str | Path) -> Dataset:
@@ -46,15 +78,17 @@ def load_bamboo_paperqa(path: str | Path) -> Dataset:
         if answer not in LETTERS[: len(options)]:
             skipped[item_id] = f"its answer {record['answer']!r} is not one of its option letters"
             continue
+        paper = Document.from_text(str(record["content"]), name=f"paper_{number}.txt")
         items.append(
             EvalItem(
                 id=item_id,
                 question=str(record["question"]),
                 gold=(answer,),
                 metric="choice",
-                load=eager(Document.from_text(str(record["content"]), name=f"paper_{number}.txt")),
+                load=eager(paper),
                 options=options,
                 metadata={"line": number},
+                evidence=one_annotator(_evidence(str(record.get("evidence") or ""), paper)),
             )
         )
     warn_skipped("BAMBOO PaperQA", skipped, len(items))

@@ -66,7 +66,8 @@ def _data_path(args: argparse.Namespace) -> str:
 
 
 def _progress(record: dict[str, Any], done: int, total: int) -> None:
-    status = f"error: {record['error']}" if record["error"] else f"score {record['score']:.2f}"
+    kind = "harness error (a bug)" if record.get("error_kind") == "harness" else "error"
+    status = f"{kind}: {record['error']}" if record["error"] else f"score {record['score']:.2f}"
     cost = (record.get("cost_usd") or {}).get("run", 0.0)
     print(
         f"[{done}/{total}] {record['protocol']} {record['item_id']}: {status}, ${cost:.4f}, "
@@ -78,8 +79,9 @@ def _progress(record: dict[str, Any], done: int, total: int) -> None:
 
 def _print_summary(summary: RunSummary) -> None:
     mean = "n/a" if summary.mean_score is None else f"{summary.mean_score:.3f}"
+    bugs = f", {summary.harness_errors} of them harness errors, traceback in the file" if summary.harness_errors else ""
     print(
-        f"{summary.config.dataset} / {summary.config.protocol}: {summary.ran} ran ({summary.failed} failed), "
+        f"{summary.config.dataset} / {summary.config.protocol}: {summary.ran} ran ({summary.failed} failed{bugs}), "
         f"{summary.already_done} already done; mean score {mean} over {summary.selected} items -> {summary.path}"
     )
 

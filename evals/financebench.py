@@ -5,6 +5,10 @@ Layout of a checkout: ``data/financebench_open_source.jsonl`` (one question a li
 ``doc_name``, ``question``, ``answer``, ``question_type``, ``question_reasoning``, ...) and ``pdfs/<doc_name>.pdf``.
 Questions whose filing is not in ``pdfs/`` are skipped, with a warning that counts them.
 
+Gold evidence: each question's ``evidence`` list (``evidence_text``, ``doc_name``, ``evidence_page_num``). The
+page numbers are 0-based (the first page of the PDF is 0: the tests look each ``evidence_text`` up on the pages
+``load_document`` extracts); they become 1-based ``Page.number``s here.
+
 The Minions paper evaluates the numerical-reasoning questions: ``subset="numerical"`` keeps those whose
 ``question_reasoning`` mentions numerical reasoning (alone or with other reasoning, 67 of the 150 open-source
 questions); ``subset="all"`` keeps every question.
@@ -21,6 +25,7 @@ from typing import Any
 from minions.documents import Document, load_document
 
 from .errors import DatasetLayoutError
+from .gold import GoldEvidence, one_annotator
 from .items import Dataset, EvalItem, read_jsonl, require_fields
 
 __all__ = ["FINANCEBENCH_SUBSETS", "load_financebench"]
@@ -53,6 +58,22 @@ def _filing(path: str) -> Document:
 
 def _loader(path: Path) -> Callable[[], Sequence[Document]]:
     return lambda: (_filing(str(path)),)
+
+
+def _evidence(record: dict[str, Any]) -> tuple[GoldEvidence, ...]:
+    """The question's evidence pages (1-based) and texts, in the filing each names."""
+    places: list[GoldEvidence] = []
+    for entry in record.get("evidence") or []:
+        page = entry.get("evidence_page_num")
+        doc_name = str(entry.get("doc_name") or record["doc_name"])
+        place = GoldEvidence(
+            document=f"{doc_name}.pdf",
+            text=str(entry.get("evidence_text") or "").strip(),
+            pages=(int(page) + 1,) if isinstance(page, int) and page >= 0 else (),
+        )
+        if (place.pages or place.text) and place not in places:
+            places.append(place)
+    return tuple(places)
 
 
 def _root(path: str | Path) -> Path:
@@ -98,6 +119,7 @@ def load_financebench(path: str | Path, *, subset: str = "all") -> Dataset:
                 gold=(str(record["answer"]),),
                 metric="numeric",
                 load=_loader(pdf),
+                evidence=one_annotator(_evidence(record)),
                 metadata={
                     "doc_name": doc_name,
                     "company": record.get("company"),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from minions.documents import Document
 
 from .errors import DatasetLayoutError
+from .gold import EvidenceSet, GoldEvidence
 
 __all__ = [
     "LETTERS",
@@ -58,6 +59,11 @@ class EvalItem:
     options: tuple[str, ...] = ()
     """Option texts of a multiple-choice question, in letter order (without their "A." prefixes)."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    evidence: tuple[EvidenceSet, ...] = field(default=(), repr=False, compare=False)
+    """Where the answer lies, as the benchmark marks it: one set of places per annotator (QASPER has several,
+    and a set may be empty: an unanswerable question), else one set; empty where the benchmark marks none."""
+    paragraphs: tuple[GoldEvidence, ...] = field(default=(), repr=False, compare=False)
+    """The documents' paragraphs, where the benchmark scores evidence by paragraph (QASPER's evidence F1)."""
 
     def documents(self) -> list[Document]:
         return list(self.load())

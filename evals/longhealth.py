@@ -7,22 +7,32 @@ Layout: ``data/benchmark_v5.json``, an object keyed by patient id; each patient 
 The Minions paper's setting makes the context harder than one patient's file: ``pad_with_others=N`` adds the
 letters of N other patients, chosen and shuffled in with a generator seeded by the patient id, so that every
 run (and every protocol) sees the same context for the same question.
+
+Gold evidence: ``answer_location`` (``{"text_3": {"start": [0.41], "end": [0.47]}}``) places the answer in the
+named letters as fractions of each letter's length, as LongHealth's own code reads them
+(``text[int(start * len(text)):int(end * len(text))]``); each (letter, start, end) becomes one place, a
+character span of that letter's document. Locations outside [0, 1], or in letters that are empty, are dropped
+with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from minions.documents import Document
 
 from .errors import DatasetLayoutError
+from .gold import EvidenceSet, GoldEvidence, one_annotator
 from .items import LETTERS, Dataset, EvalItem, eager, locate_file, read_json, require_fields, warn_skipped
 
 __all__ = ["load_longhealth"]
+
+log = logging.getLogger(__name__)
 
 CANDIDATES = ("benchmark_v5.json", "data/benchmark_v5.json")
 _OPTION_KEY = re.compile(r"answer_([a-z])")
@@ -44,22 +54,57 @@ def _correct_letter(question: Mapping[str, Any], options: Sequence[str]) -> str 
     return letter if len(letter) == 1 and letter in LETTERS[: len(options)] else None
 
 
-def _letters(patient_id: str, patient: Mapping[str, Any], where: str) -> list[str]:
+Letters = dict[str, list[tuple[str, str]]]
+"""Each patient's non-empty letters, in order: (key in ``texts``, text)."""
+
+
+def _letters(patient_id: str, patient: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
     texts = patient.get("texts")
     if not isinstance(texts, Mapping) or not texts:
         raise DatasetLayoutError(f"{where}: patient {patient_id} has no texts {{text_0: ...}}.", path=where)
-    return [str(texts[k]) for k in sorted(texts, key=lambda k: (len(k), k)) if str(texts[k]).strip()]
+    return [(k, str(texts[k])) for k in sorted(texts, key=lambda k: (len(k), k)) if str(texts[k]).strip()]
 
 
-def _context(patient_id: str, letters: Mapping[str, list[str]], pad_with_others: int) -> tuple[Document, ...]:
-    """The patient's letters, with ``pad_with_others`` other patients' letters shuffled in."""
+def _context(patient_id: str, letters: Letters, pad_with_others: int) -> tuple[tuple[Document, ...], dict[str, str]]:
+    """The patient's letters, with ``pad_with_others`` other patients' letters shuffled in, and the document
+    name of each of the patient's own letters (by key)."""
     rng = random.Random(f"longhealth:{patient_id}")
     others = [p for p in letters if p != patient_id]
     chosen = rng.sample(others, min(pad_with_others, len(others)))
-    texts = [t for p in [patient_id, *chosen] for t in letters[p]]
+    texts = [(p, key, text) for p in [patient_id, *chosen] for key, text in letters[p]]
     if chosen:
         rng.shuffle(texts)
-    return tuple(Document.from_text(t, name=f"letter_{k + 1:02d}.txt") for k, t in enumerate(texts))
+    names = [f"letter_{k + 1:02d}.txt" for k in range(len(texts))]
+    own = {key: name for (p, key, _), name in zip(texts, names, strict=True) if p == patient_id}
+    return tuple(Document.from_text(t, name=n) for (_, _, t), n in zip(texts, names, strict=True)), own
+
+
+def _spans(location: Any) -> Iterator[tuple[str, float, float]]:
+    """(letter key, start, end) of every span an ``answer_location`` lists; entries that are not numbers are
+    skipped."""
+    if not isinstance(location, Mapping):
+        return
+    for key, spans in location.items():
+        if not isinstance(spans, Mapping):
+            continue
+        for start, end in zip(spans.get("start") or [], spans.get("end") or [], strict=False):
+            if isinstance(start, int | float) and isinstance(end, int | float):
+                yield str(key), float(start), float(end)
+
+
+def _located(location: Any, texts: Mapping[str, str], names: Mapping[str, str], item_id: str) -> EvidenceSet:
+    """The places ``answer_location`` names, as character spans of the patient's letters."""
+    places: list[GoldEvidence] = []
+    for key, start, end in _spans(location):
+        if key not in names or not 0 <= start <= end <= 1:
+            log.warning(
+                "LongHealth %s: answer_location %s %g-%g is not a place in a letter; dropped", item_id, key, start, end
+            )
+            continue
+        text = texts[key]
+        a, b = int(start * len(text)), int(end * len(text))
+        places.append(GoldEvidence(names[key], text[a:b], a, b))
+    return tuple(places)
 
 
 def load_longhealth(path: str | Path, *, pad_with_others: int = 0) -> Dataset:
@@ -81,7 +126,8 @@ def load_longhealth(path: str | Path, *, pad_with_others: int = 0) -> Dataset:
     skipped: dict[str, str] = {}
     for patient_id, patient in data.items():
         require_fields(patient, ("texts", "questions"), f"{where} patient {patient_id}", "LongHealth")
-        context = _context(patient_id, letters, pad_with_others)
+        context, names = _context(patient_id, letters, pad_with_others)
+        texts = dict(letters[patient_id])
         for n, question in enumerate(patient["questions"], start=1):
             item_id = f"{patient_id}/q{question.get('No', n)}"
             require_fields(question, ("question", "correct"), f"{where} {item_id}", "LongHealth")
@@ -99,6 +145,7 @@ def load_longhealth(path: str | Path, *, pad_with_others: int = 0) -> Dataset:
                     load=eager(*context),
                     options=tuple(options),
                     metadata={"patient": patient_id, "documents": len(context)},
+                    evidence=one_annotator(_located(question.get("answer_location"), texts, names, item_id)),
                 )
             )
     warn_skipped("LongHealth", skipped, len(items))

@@ -4,18 +4,22 @@ ratios against the remote-only baseline on the same items:
     accuracy recovered = accuracy / accuracy of remote-only
     cost reduction     = cost of remote-only / cost
 
-``write_report(paths, out_dir)`` writes ``report.md`` (a Markdown table per dataset) and ``cost_accuracy.png``.
+Beside them, per configuration, the evidence metrics (``evals/evidence.py``): mean recall at 1, 5, 10 and 20
+passages, citation recall and QASPER's evidence F1, over the items that have gold evidence.
+
+``write_report(paths, out_dir)`` writes ``report.md`` (Markdown tables per dataset) and ``cost_accuracy.png``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import EvalError
+from .evidence import RECALL_AT
 from .results import read_results
 
 __all__ = ["BASELINE", "Row", "load_records", "markdown_report", "plot_cost_accuracy", "summarize", "write_report"]
@@ -35,7 +39,7 @@ class Row:
     fingerprint: str
     items: int
     errors: int
-    """Items whose protocol raised (recorded with score 0)."""
+    """Items whose run raised (recorded with score 0): the model's failures and harness errors."""
     stopped: int
     """Items whose run stopped early (a reply that never validated, a budget, a context overflow) and whose
     partial answer was scored; the results file's ``notes`` say why."""
@@ -54,6 +58,13 @@ class Row:
     remote_token_reduction: float | None = None
     baseline_items: int = 0
     """Items this row shares with its remote-only baseline; the ratios are computed on those."""
+    harness_errors: int = 0
+    """Of ``errors``, the items that failed for a fault of ours (a bug), not the model's."""
+    evidence_items: int = 0
+    """Items with gold evidence; the evidence means below are over those (None: no such item)."""
+    recall_at: Mapping[int, float | None] = field(default_factory=dict)
+    citation_recall: float | None = None
+    evidence_f1: float | None = None
 
     @property
     def cost_per_item(self) -> float:
@@ -81,6 +92,12 @@ def _cost(record: dict[str, Any]) -> float:
     return float((record.get("cost_usd") or {}).get("run", 0.0))
 
 
+def _evidence_mean(group: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of an evidence metric over the items that have it (None where none has)."""
+    values = [float(v) for r in group if (v := (r.get("evidence") or {}).get(key)) is not None]
+    return _mean(values) if values else None
+
+
 def _row(group: list[dict[str, Any]]) -> Row:
     first = group[0]
     return Row(
@@ -98,6 +115,11 @@ def _row(group: list[dict[str, Any]]) -> Row:
         cost_usd=sum(_cost(r) for r in group),
         latency_s=_mean([float((r.get("timings") or {}).get("wall_s", 0.0)) for r in group]),
         egress_bytes=_mean([float(r.get("egress_bytes", 0)) for r in group]),
+        harness_errors=sum(1 for r in group if r.get("error_kind") == "harness"),
+        evidence_items=sum(1 for r in group if (r.get("evidence") or {}).get("gold")),
+        recall_at={k: _evidence_mean(group, f"recall_at_{k}") for k in RECALL_AT},
+        citation_recall=_evidence_mean(group, "citation_recall"),
+        evidence_f1=_evidence_mean(group, "evidence_f1"),
     )
 
 
@@ -171,13 +193,15 @@ HEADER = (
 )
 
 
+def _models(row: Row) -> list[str]:
+    return [row.protocol, f"`{row.local}`", f"`{row.remote}`" if row.remote else "-"]
+
+
 def _line(row: Row) -> str:
     cells = [
-        row.protocol,
-        f"`{row.local}`",
-        f"`{row.remote}`" if row.remote else "-",
+        *_models(row),
         str(row.items),
-        str(row.errors),
+        f"{row.errors} ({row.harness_errors} harness)" if row.harness_errors else str(row.errors),
         str(row.stopped),
         f"{row.accuracy:.3f}",
         f"{row.remote_tokens:,.0f}",
@@ -193,22 +217,58 @@ def _line(row: Row) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+EVIDENCE_HEADER = (
+    "| protocol | local | remote | accuracy | $/item | items with gold evidence | "
+    + " | ".join(f"recall@{k}" for k in RECALL_AT)
+    + " | citation recall | evidence F1 |"
+)
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _evidence_line(row: Row) -> str:
+    cells = [
+        *_models(row),
+        f"{row.accuracy:.3f}",
+        _usd(row.cost_per_item),
+        str(row.evidence_items),
+        *(_share(row.recall_at.get(k)) for k in RECALL_AT),
+        _share(row.citation_recall),
+        _share(row.evidence_f1),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: str, lines: list[str]) -> list[str]:
+    return [header, "|" + "---|" * (header.count(" | ") + 1), *lines]
+
+
 def markdown_report(rows: Sequence[Row], *, plot: str | None = "cost_accuracy.png") -> str:
     lines = [
         "# Evaluation report",
         "",
         "Accuracy is the mean item score (numeric match, token F1, option or label match, or the judge's "
-        "verdict). An item whose protocol raised counts under errors and scores 0; one whose run stopped early "
+        "verdict). An item whose run raised counts under errors and scores 0 (harness errors, in brackets, are "
+        "faults of ours, not the model's: their results lines hold the traceback); one whose run stopped early "
         "(a reply that never validated, a budget, a context overflow) is scored on its partial answer. Tokens "
         "and latency are per item; $ is local + remote (a judge's cost is not counted). The ratios compare each "
         f"protocol with `{BASELINE}` (remote-only) on the items both ran: accuracy recovered = accuracy / "
         "remote-only accuracy, cost reduction = remote-only cost / cost (∞: this protocol spent nothing "
         "remotely; n/a: no remote-only run, or neither cost anything: price the remote model with "
         "MINIONS_PRICES).",
+        "",
+        "Evidence compares the passages each run passed on (to the remote model, or to the local answer step), "
+        "ranked best first, with the benchmark's gold evidence: recall@k is the share of the gold places that "
+        "the first k passages cover (the best annotator's, where there are several), citation recall the same "
+        "for the answer's citations, evidence F1 QASPER's paragraph-level F1; each is the mean over the items "
+        "that have gold evidence (n/a: none has).",
     ]
     for dataset in sorted({r.dataset for r in rows}):
-        lines += ["", f"## {dataset}", "", HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
-        lines += [_line(r) for r in rows if r.dataset == dataset]
+        ours = [r for r in rows if r.dataset == dataset]
+        lines += ["", f"## {dataset}", "", *_table(HEADER, [_line(r) for r in ours])]
+        lines += ["", "Evidence:", "", *_table(EVIDENCE_HEADER, [_evidence_line(r) for r in ours])]
     if plot:
         lines += ["", f"![cost against accuracy]({plot})"]
     return "\n".join(lines) + "\n"

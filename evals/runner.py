@@ -4,8 +4,10 @@
     summary = run_eval(dataset, "minions", local="llamacpp/default", remote="openai/gpt-4o-mini",
                        out="results/fb-minions.jsonl", sample=20, seed=0)
 
-Steps, per item: load its documents, run the protocol, score the answer (and ask the judge, if any), write the
-line. An item whose protocol raises is recorded with its error and score 0; the run goes on.
+Steps, per item: load its documents, run the protocol, score the answer (and ask the judge, if any), measure
+its evidence against the benchmark's gold evidence, write the line. An item whose run raises is recorded with
+its error and score 0, and the run goes on: a ``BackendError`` is the model's failure (``error_kind`` "model");
+any other exception is a fault of ours (``error_kind`` "harness", with its ``traceback`` in the line).
 ``run_grid`` runs protocols x datasets x model pairs, one results file per configuration.
 """
 
@@ -15,18 +17,21 @@ import logging
 import random
 import re
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from minions.backends.base import Backend
 from minions.backends.registry import resolve
+from minions.errors import BackendError
 from minions.protocols import BaseProtocol, RunResult, get_protocol
 
 from .errors import EvalError
+from .evidence import evidence_scores
 from .items import Dataset, EvalItem
 from .judge import JUDGED_METRICS, Judge
 from .metrics import score
@@ -50,8 +55,11 @@ class RunSummary:
     """Of those, items the results file already had (skipped)."""
     ran: int
     failed: int
+    """Items of this run recorded with an error (the model's failures and harness errors)."""
     mean_score: float | None
     """Over every selected item with a result, including earlier runs' results."""
+    harness_errors: int = 0
+    """Of ``failed``, the items that failed for a fault of ours, not the model's (their lines hold the traceback)."""
 
 
 def select_items(
@@ -112,11 +120,14 @@ def run_item(item: EvalItem, protocol: BaseProtocol, config: EvalConfig, judge: 
         documents = item.documents()
         loaded = time.perf_counter()
         result = protocol.run(item.task, documents)
-    # An item that fails (an unreadable filing, a protocol bug) is recorded and the run goes on: one bad
-    # item must not cost the hours spent on the others.
-    except Exception as exc:
+    # An item that fails is recorded and the run goes on: one bad item must not cost the hours spent on the
+    # others. A model's failure is expected now and then; anything else is a bug, kept with its traceback.
+    except BackendError as exc:
         log.warning("%s %s failed: %s: %s", config.protocol, item.id, type(exc).__name__, exc)
-        return {**record, **_failure(exc, time.perf_counter() - started)}
+        return {**record, **_failure(item, exc, time.perf_counter() - started, "model")}
+    except Exception as exc:
+        log.error("%s %s: harness error (a bug): %s", config.protocol, item.id, exc, exc_info=True)
+        return {**record, **_failure(item, exc, time.perf_counter() - started, "harness")}
     wall = time.perf_counter() - loaded
     auto = score(item, result.answer)
     usage = dict(result.usage)
@@ -129,6 +140,7 @@ def run_item(item: EvalItem, protocol: BaseProtocol, config: EvalConfig, judge: 
         "prediction": result.answer,
         "score": float(verdict.correct) if verdict is not None and verdict.correct is not None else auto,
         "auto_score": auto,
+        "evidence": evidence_scores(item, result.evidence, result.citations).to_dict(),
         "usage": {role: u.to_dict() for role, u in usage.items()},
         "cost_usd": {**{role: u.cost_usd for role, u in usage.items()}, "run": result.cost_usd},
         "egress_bytes": _egress_bytes(result),
@@ -138,16 +150,22 @@ def run_item(item: EvalItem, protocol: BaseProtocol, config: EvalConfig, judge: 
         "rounds": result.rounds,
         "documents": [d.name for d in documents],
         "error": None,
+        "error_kind": None,
+        "traceback": None,
         "judge": verdict.to_dict() if verdict is not None else None,
         "finished_at": _now(),
     }
 
 
-def _failure(exc: Exception, seconds: float) -> dict[str, Any]:
+ErrorKind = Literal["model", "harness"]
+
+
+def _failure(item: EvalItem, exc: Exception, seconds: float, kind: ErrorKind) -> dict[str, Any]:
     return {
         "prediction": "",
         "score": 0.0,
         "auto_score": 0.0,
+        "evidence": evidence_scores(item, ()).to_dict(),
         "usage": {},
         "cost_usd": {"run": 0.0},
         "egress_bytes": 0,
@@ -155,6 +173,8 @@ def _failure(exc: Exception, seconds: float) -> dict[str, Any]:
         "complete": False,
         "notes": [],
         "error": f"{type(exc).__name__}: {exc}",
+        "error_kind": kind,
+        "traceback": "".join(traceback.format_exception(exc)) if kind == "harness" else None,
         "judge": None,
         "finished_at": _now(),
     }
@@ -225,7 +245,7 @@ def run_eval(
             len(selected) - len(pending),
             out,
         )
-        ran, failed = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record)
+        ran, failed, harness = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record)
         latest = results.latest()
     scores = [latest[i.id]["score"] for i in selected if i.id in latest]
     return RunSummary(
@@ -235,6 +255,7 @@ def run_eval(
         already_done=len(selected) - len(pending),
         ran=ran,
         failed=failed,
+        harness_errors=harness,
         mean_score=sum(scores) / len(scores) if scores else None,
     )
 
@@ -247,22 +268,23 @@ def _run_pending(
     results: ResultsFile,
     concurrency: int,
     on_record: OnRecord | None,
-) -> tuple[int, int]:
-    """Run the items, writing each line as it finishes; (items run, items failed)."""
-    ran = failed = 0
+) -> tuple[int, int, int]:
+    """Run the items, writing each line as it finishes; (items run, items failed, harness errors among them)."""
+    ran = failed = harness = 0
 
     def write(record: dict[str, Any]) -> None:
-        nonlocal ran, failed
+        nonlocal ran, failed, harness
         results.append(record)
         ran += 1
         failed += bool(record["error"])
+        harness += record["error_kind"] == "harness"
         if on_record is not None:
             on_record(record, ran, len(pending))
 
     if concurrency == 1:  # in this thread: Ctrl-C stops at once, and the finished lines are on disk
         for item in pending:
             write(run_item(item, protocol, config, judge))
-        return ran, failed
+        return ran, failed, harness
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="minions-eval")
     try:
         futures = [pool.submit(run_item, item, protocol, config, judge) for item in pending]
@@ -271,7 +293,7 @@ def _run_pending(
     finally:
         # On Ctrl-C, drop the items not started; the running ones finish in the background unrecorded.
         pool.shutdown(wait=False, cancel_futures=True)
-    return ran, failed
+    return ran, failed, harness
 
 
 def _slug(text: str | None) -> str:

@@ -53,6 +53,11 @@ def test_real_models_produce_results_table_and_plot(openai_server, tmp_path, mon
             assert record["remote"] == "openai-compatible/smollm2" and record["local"] == local.name
             assert record["usage"]["remote"]["calls"] >= 1 and record["egress_bytes"] > 0
             assert record["cost_usd"]["remote"] > 0 and 0.0 <= record["score"] <= 1.0
+            recall = record["evidence"]["recall_at_5"]
+            if name == "financebench":  # its evidence: page 4 of the 8-K
+                assert record["evidence"]["gold"] == 1 and recall in (0.0, 1.0)
+            else:  # L-Eval marks no evidence
+                assert record["evidence"]["gold"] == 0 and recall is None
     md, png = write_report(paths, tmp_path / "report")
     text = md.read_text()
     print(text)  # shown with -s: the table of a real run
@@ -60,4 +65,5 @@ def test_real_models_produce_results_table_and_plot(openai_server, tmp_path, mon
     for name in ITEMS:
         assert f"## {name}" in text
     rows = [line for line in text.splitlines() if line.startswith(("| remote |", "| minions |"))]
-    assert len(rows) == 4 and all("| 1 | 0 |" in row for row in rows)  # one item each, none failed
+    assert len(rows) == 8  # a row of each in the table and in the evidence table
+    assert sum("| 1 | 0 |" in row for row in rows) == 4  # one item each, none failed

@@ -1,4 +1,5 @@
-"""Reports: per-configuration numbers, the ratios against remote-only on shared items, the table and the plot."""
+"""Reports: per-configuration numbers, the ratios against remote-only on shared items, harness errors apart,
+evidence metrics beside accuracy and cost, the tables and the plot."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ def record(fp: str, protocol: str, item: str, score: float, cost: float, remote_
     return {
         "fingerprint": fp, "item_id": item, "dataset": "d", "protocol": protocol, "local": "l", "remote": "r",
         "config": {**config, "protocol": protocol}, "score": score, "error": extra.get("error"),
+        "error_kind": extra.get("error_kind"), "evidence": extra.get("evidence"),
         "usage": {"remote": {"total_tokens": remote_tokens}, "local": {"total_tokens": 100}},
         "cost_usd": {"run": cost}, "timings": {"wall_s": 2.0}, "egress_bytes": remote_tokens * 4,
     }  # fmt: skip
@@ -56,6 +58,46 @@ def test_the_latest_record_of_an_item_counts(tmp_path) -> None:
     assert (row.items, row.errors, row.accuracy) == (1, 0, 1.0)
 
 
+def evidence(r1: float | None, r5: float | None, cited: float | None, gold: int, f1: float | None = None) -> dict:
+    return {"recall_at_1": r1, "recall_at_5": r5, "recall_at_10": r5, "recall_at_20": r5,
+            "citation_recall": cited, "evidence_f1": f1, "passages": 5, "gold": gold}  # fmt: skip
+
+
+def test_evidence_means_are_over_the_items_with_gold_evidence() -> None:
+    records = [
+        record("M", "minions", "a", 1.0, 0.02, 200, evidence=evidence(1.0, 1.0, 1.0, gold=2)),
+        record("M", "minions", "b", 0.0, 0.02, 200, evidence=evidence(0.0, 0.5, 0.0, gold=1)),
+        record("M", "minions", "c", 1.0, 0.02, 200, evidence=evidence(None, None, None, gold=0)),  # no gold
+        record("M", "minions", "d", 1.0, 0.02, 200),  # a line from before evidence was measured
+        record("R", "rag", "a", 1.0, 0.01, 100, evidence=evidence(0.5, 0.5, None, gold=2, f1=0.25)),
+    ]
+    minions, rag = summarize(records)
+    assert (minions.evidence_items, minions.accuracy) == (2, 0.75)
+    assert minions.recall_at == {1: 0.5, 5: 0.75, 10: 0.75, 20: 0.75} and minions.citation_recall == 0.5
+    assert minions.evidence_f1 is None and rag.evidence_f1 == 0.25 and rag.citation_recall is None
+    table = markdown_report([minions, rag], plot=None)
+    assert "| recall@1 | recall@5 | recall@10 | recall@20 | citation recall | evidence F1 |" in table
+    assert "| minions | `l` | `r` | 0.750 | $0.0200 | 2 | 0.500 | 0.750 | 0.750 | 0.750 | 0.500 | n/a |" in table
+    assert "| rag | `l` | `r` | 1.000 | $0.0100 | 1 | 0.500 | 0.500 | 0.500 | 0.500 | n/a | 0.250 |" in table
+
+
+def test_no_gold_evidence_reads_n_a() -> None:
+    (row,) = summarize([record("P", "local", "a", 1.0, 0.0, 0, evidence=evidence(None, None, None, gold=0))])
+    assert row.evidence_items == 0 and row.recall_at[1] is None
+    assert "| local | `l` | `r` | 1.000 | $0.0000 | 0 | n/a | n/a | n/a | n/a | n/a | n/a |" in markdown_report([row])
+
+
+def test_harness_errors_are_counted_apart() -> None:
+    rows = [
+        record("M", "minions", "a", 0.0, 0.0, 0, error="TypeError: x", error_kind="harness"),
+        record("M", "minions", "b", 0.0, 0.0, 0, error="BackendTimeoutError: y", error_kind="model"),
+        record("M", "minions", "c", 1.0, 0.0, 0),
+    ]
+    (row,) = summarize(rows)
+    assert (row.errors, row.harness_errors) == (2, 1)
+    assert "| minions | `l` | `r` | 3 | 2 (1 harness) | 0 | 0.333 |" in markdown_report([row])
+
+
 def test_write_report_from_real_runs(longhealth, local, remote, tmp_path) -> None:
     paths = [tmp_path / f"{p}.jsonl" for p in ("remote", "local", "minions")]
     for protocol, path in zip(("remote", "local", "minions"), paths, strict=True):
@@ -65,7 +107,7 @@ def test_write_report_from_real_runs(longhealth, local, remote, tmp_path) -> Non
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 5000
     assert "## longhealth" in text and "![cost against accuracy](cost_accuracy.png)" in text
     table = [line for line in text.splitlines() if line.startswith("| ") and "`scripted/local`" in line]
-    assert [line.split(" | ")[0] for line in table] == ["| remote", "| local", "| minions"]
+    assert [line.split(" | ")[0] for line in table] == ["| remote", "| local", "| minions"] * 2  # and evidence
     assert "| 0.800 |" in table[0] and "| 1.00x | 1.00x | 1.00x |" in table[0]
     assert "∞" in table[1]  # local-only sends nothing to the remote model
 

@@ -1,5 +1,6 @@
 """The runner against scripted models: lines per item, resume after an interruption, a torn last line,
-configuration mismatches, failed items, sampling and concurrency."""
+configuration mismatches, failed items (the model's, and our own bugs apart), evidence metrics in the line,
+sampling and concurrency."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from minions.backends.scripted import ScriptedBackend
-from minions.evals import Dataset, ResultsFileError, read_results, run_eval, run_grid, select_items
+from minions.documents import Document
+from minions.errors import BackendTimeoutError
+from minions.evals import Dataset, EvalConfig, ResultsFileError, read_results, run_eval, run_grid, select_items
+from minions.evals.items import EvalItem, eager
+from minions.evals.runner import run_item
+from minions.protocols import Citation, Evidence, RunResult
 from minions.types import Message, SamplingParams
 
 from .conftest import remote_reply
@@ -113,6 +119,11 @@ def test_a_failed_item_is_recorded_and_the_run_goes_on(longhealth, local, remote
     failed = records["patient_02/q1"]
     assert failed["error"] == "RuntimeError: the server fell over" and failed["score"] == 0.0
     assert failed["prediction"] == ""
+    # a RuntimeError is no BackendError: a backend let it through untranslated, a bug of ours
+    assert failed["error_kind"] == "harness" and summary.harness_errors == 1
+    assert "in fails_on_ejection_fraction" in failed["traceback"]
+    assert failed["traceback"].rstrip().endswith("RuntimeError: the server fell over")
+    assert failed["evidence"]["recall_at_1"] == 0.0 and failed["evidence"]["passages"] == 0
     assert summary.mean_score == pytest.approx(3 / 5)
 
     remote.responder = remote_reply
@@ -122,6 +133,63 @@ def test_a_failed_item_is_recorded_and_the_run_goes_on(longhealth, local, remote
     assert (retried.ran, retried.failed) == (1, 0)  # ...unless asked to retry errors
     assert retried.mean_score == pytest.approx(0.8)  # the latest record of each item counts
     assert len(read_results(out)) == 6
+
+
+class Stub:
+    """A protocol that returns a prepared result, or raises."""
+
+    name = "stub"
+
+    def __init__(self, outcome: RunResult | Exception) -> None:
+        self.outcome = outcome
+
+    def run(self, task: str, documents: list[Document]) -> RunResult:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+CONFIG = EvalConfig("longhealth", "/data", "stub", "scripted/local", None)
+
+
+def test_the_line_carries_the_evidence_metrics(longhealth: Dataset) -> None:
+    item = longhealth.items[0]  # its answer lies in letter_01.txt, from character 204 to its end (287)
+    ((gold,),) = item.evidence
+    assert (gold.document, gold.start, gold.end) == ("letter_01.txt", 204, 287)
+    evidence = (
+        Evidence("letter_02.txt", "Follow-up letter.", 0, 100),
+        Evidence("letter_01.txt", "Discharge letter.", 0, 120),
+        Evidence("letter_01.txt", "Treatment: ampicillin/sulbactam", 200, 287),
+    )
+    cited = (Citation("Treatment: ampicillin/sulbactam intravenously", "letter_01.txt", 0, start=204, end=250),)
+    result = RunResult(answer="B", protocol="stub", evidence=evidence, citations=cited)
+    line = run_item(item, Stub(result), CONFIG)
+    assert line["score"] == 1.0 and line["error"] is None and line["error_kind"] is None
+    assert line["evidence"] == {
+        "recall_at_1": 0.0, "recall_at_5": 1.0, "recall_at_10": 1.0, "recall_at_20": 1.0,
+        "citation_recall": 1.0, "evidence_f1": None,
+        "passages": 3, "citations": 1, "gold": 1, "annotators": 1, "first_hit": 3,
+    }  # fmt: skip
+
+
+def test_an_item_without_gold_evidence_has_null_metrics() -> None:
+    doc = Document.from_text("An abstract about lace plants.", name="pubmed_1.txt")
+    item = EvalItem("1", "Do mitochondria matter?", ("yes",), "yes_no_maybe", eager(doc))
+    result = RunResult(answer="yes", protocol="stub", evidence=(Evidence("pubmed_1.txt", "An abstract", 0, 11),))
+    evidence = run_item(item, Stub(result), CONFIG)["evidence"]
+    assert [evidence[f"recall_at_{k}"] for k in (1, 5, 10, 20)] == [None] * 4
+    assert (evidence["citation_recall"], evidence["gold"], evidence["passages"]) == (None, 0, 1)
+
+
+def test_model_failures_and_harness_errors_are_told_apart(longhealth: Dataset) -> None:
+    item = longhealth.items[0]
+    model = run_item(item, Stub(BackendTimeoutError("no reply in 60 s")), CONFIG)
+    assert (model["error_kind"], model["traceback"], model["score"]) == ("model", None, 0.0)
+    assert model["error"] == "BackendTimeoutError: no reply in 60 s"
+    bug = run_item(item, Stub(TypeError("unsupported operand")), CONFIG)
+    assert (bug["error_kind"], bug["score"]) == ("harness", 0.0)
+    assert "Traceback" in bug["traceback"] and "in run" in bug["traceback"]  # where it was raised
+    assert bug["traceback"].rstrip().endswith("TypeError: unsupported operand")
 
 
 def test_selection_ids_sample_seed_limit(longhealth: Dataset) -> None:
