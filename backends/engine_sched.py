@@ -145,6 +145,7 @@ class Job:
     computed: int = 0
     generated: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)
+    logprobs: list[list[tuple[str, float]]] = field(default_factory=list)
     pending: int | None = None
     sampler: SequenceSampler | None = None
     text: TextStream = field(default_factory=lambda: TextStream(()))
@@ -407,6 +408,8 @@ class Scheduler:
         assert job.sampler is not None
         token = job.sampler.sample(logits)
         job.sampled.append(token)
+        if job.params.logprobs > 0:
+            job.logprobs.append(top_logprobs(self.e.model, logits, job.params.logprobs))
         return token
 
     def _emit(self, job: Job, token: int) -> bool:
@@ -454,6 +457,8 @@ class Scheduler:
             stats["error_type"] = type(error).__name__
         if self.trace:
             stats.update(prompt_ids=list(job.prompt), token_ids=list(job.sampled))
+        if job.params.logprobs > 0:
+            stats["logprobs"] = [[list(pair) for pair in step] for step in job.logprobs[: len(job.generated) + 1]]
         job.result = ChatResult(
             text=job.text.text if reason != "error" else "",
             usage=Usage(len(job.prompt), len(job.generated), job.reused, calls=1, seconds=now - admitted),
@@ -526,6 +531,15 @@ class Scheduler:
             prefill_s=t["prefill_s"],
             decode_s=t["decode_s"],
         )
+
+
+def top_logprobs(model: LlamaModel, logits: npt.NDArray[np.float32], n: int) -> list[tuple[str, float]]:
+    """The ``n`` most likely tokens under ``logits`` (before any grammar or temperature), as (text, log p)."""
+    top = np.argpartition(logits, -n)[-n:]
+    top = top[np.argsort(-logits[top])]
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits.astype(np.float64) - peak).sum()))
+    return [(model.token_text(int(t)), float(logits[t]) - log_total) for t in top]
 
 
 def _seq_of(job: Job) -> int:

@@ -57,6 +57,10 @@ class SamplingParams:
     seed: int | None = None
     json_schema: Mapping[str, Any] | None = None
     """Constrain the reply to this JSON schema (backends declare whether they can)."""
+    logprobs: int = 0
+    """Report this many most likely tokens, with their log-probabilities, at each generated position: the result's
+    ``stats["logprobs"]`` is a list (one entry per token) of ``[[token_text, logprob], ...]``, most likely first
+    (backends that declare ``logprobs``)."""
 
     def with_(self, **changes: Any) -> SamplingParams:
         return replace(self, **changes)

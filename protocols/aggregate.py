@@ -3,6 +3,7 @@ instruction, each with its source and a citation that was checked against its ch
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -15,7 +16,7 @@ from minions.documents import Document
 from .parsing import normalize
 from .result import Citation, JobRecord
 
-__all__ = ["Finding", "aggregate", "best_answer", "digest", "locate", "verify_citation"]
+__all__ = ["Finding", "aggregate", "best_answer", "digest", "find_quote", "locate", "verify_citation"]
 
 MIN_QUOTE_CHARS = 8
 NEAR_VERBATIM = 0.9
@@ -51,21 +52,38 @@ def verify_citation(quote: str, text: str) -> bool:
     return sum(b.size for b in blocks if b.size >= 3) >= NEAR_VERBATIM * len(q)
 
 
+def find_quote(quote: str, text: str) -> tuple[int, int] | None:
+    """Where ``quote`` starts and ends in ``text``, ignoring case and how whitespace runs; None if it is not
+    there verbatim."""
+    words = quote.split()
+    if not words:
+        return None
+    m = re.compile(r"\s+".join(re.escape(w) for w in words), re.IGNORECASE).search(text)
+    return (m.start(), m.end()) if m else None
+
+
 def locate(quote: str, chunk: Chunk, doc: Document | None) -> Citation:
-    """A citation for ``quote`` with its provenance (the page where it starts, when it can be found)."""
-    at = chunk.text.lower().find(quote.strip().lower()[:60])
-    start = chunk.start + at if at >= 0 else None
-    pages = tuple(chunk.pages)
-    if start is not None and doc is not None and doc.pages:
-        page = doc.page_of(start)
-        pages = (page,) if page is not None else pages
+    """A citation for ``quote`` with its provenance: the page where it starts, or its line in a document
+    without pages (when it can be found; else the chunk's pages)."""
+    quote = quote.strip()
+    found = find_quote(quote, chunk.text) or find_quote(quote[:60], chunk.text)
+    start = chunk.start + found[0] if found else None
+    end = chunk.start + found[1] if found and find_quote(quote, chunk.text) else None
+    pages, line = tuple(chunk.pages), None
+    if start is not None and doc is not None:
+        if doc.pages:
+            page = doc.page_of(start)
+            pages = (page,) if page is not None else pages
+        else:
+            line = doc.text.count("\n", 0, start) + 1
     return Citation(
-        text=quote.strip(),
+        text=quote,
         document=chunk.document,
         chunk=chunk.index,
         pages=pages,
         start=start,
-        end=start + len(quote.strip()) if start is not None else None,
+        end=end if end is not None else (start + len(quote) if start is not None else None),
+        line=line,
     )
 
 
@@ -100,7 +118,11 @@ def digest(findings: Sequence[Finding], max_per_instruction: int = 24) -> list[d
     for f in findings:
         items = groups.setdefault(f.instruction, [])
         if len(items) < max_per_instruction:
-            item = {"id": f.id, "source": f.source, "answer": _clip(f.answer), "explanation": _clip(f.explanation)}
+            item: dict[str, Any] = {"id": f.id, "source": f.source}
+            if f.citation is None or f.answer != f.citation.text:
+                item["answer"] = _clip(f.answer)
+            if f.explanation:
+                item["explanation"] = _clip(f.explanation)
             if f.citation is not None:
                 item["quote"] = _clip(f.citation.text)
             items.append(item)

@@ -11,27 +11,25 @@ import logging
 from collections.abc import Sequence
 from typing import ClassVar
 
-from pydantic import ValidationError
-
 from minions.chunking import Chunk, chunk_documents
-from minions.types import Message, SamplingParams
+from minions.documents import Document
+from minions.types import Message
 
-from .aggregate import aggregate, best_answer, digest, locate, verify_citation
-from .base import BaseProtocol, fit_to_tokens, to_json, verified_citations
-from .channel import priced
+from .aggregate import Finding, aggregate, locate, verify_citation
+from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
-from .jobs import Job, run_jobs
-from .parsing import extract_json
 from .prompts import render
-from .result import Citation
-from .schemas import Answer, JobSpec
-from .scope import bound_jobs, retrieve
+from .ranking import lexical_rank
+from .reading import chunk_evidence, evidence, read
+from .result import Citation, Evidence
+from .schemas import Answer
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
 
 log = logging.getLogger(__name__)
 
 PROMPT_RESERVE = 256
+MAX_CITATIONS = 5
 
 
 def _ask_answer(ctx: RunContext, context: str, step: str) -> Answer:
@@ -58,6 +56,10 @@ class RemoteOnly(BaseProtocol):
                 f"({remote.capabilities.context_window} tokens): it reads the first {len(context)} of "
                 f"{len(text)} characters."
             )
+        ctx.evidence = [
+            Evidence(d.name, d.text[:n], 0, n, tuple(p.number for p in d.pages if p.start < n), "document")
+            for d, n in _sent(ctx.documents, len(context))
+        ]
         answer = _ask_answer(ctx, context, "answer")
         ctx.best_answer = ctx.remote.restore(answer.answer)
         ctx.citations = [
@@ -74,11 +76,25 @@ class RAG(BaseProtocol):
         ctx.rounds = 1
         o = ctx.options
         chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        top = retrieve(chunks, ctx.task, o.top_k)
+        ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
+        top = [r.chunk for r in ranked]
+        ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in ranked]
         context = "\n\n".join(f"[{c.label}]\n{c.text}" for c in top)
         answer = _ask_answer(ctx, context, "answer")
         ctx.best_answer = ctx.remote.restore(answer.answer)
         ctx.citations = _cite(answer.citations, top, ctx)
+
+
+def _sent(documents: Sequence[Document], chars: int) -> list[tuple[Document, int]]:
+    """How much of each document fits in the first ``chars`` characters of their joined text."""
+    out = []
+    for d in documents:
+        chars -= len(f"# {d.name}\n")
+        if chars <= 0:
+            break
+        out.append((d, min(len(d.text), chars)))
+        chars -= len(d.text) + 2
+    return out
 
 
 def _cite(quotes: Sequence[str], chunks: Sequence[Chunk], ctx: RunContext) -> list[Citation]:
@@ -92,34 +108,38 @@ def _cite(quotes: Sequence[str], chunks: Sequence[Chunk], ctx: RunContext) -> li
 
 
 class LocalOnly(BaseProtocol):
+    """Nothing leaves the device. The local model reads the chunks that rank best for the task, picks in each the
+    sentence that answers it (``protocols.reading``), and the answer is the best-ranked quote with its place;
+    when no chunk has one, the answer says so instead of inventing one."""
+
     name: ClassVar[str] = "local"
 
     def _run(self, ctx: RunContext) -> None:
         ctx.rounds = 1
         o = ctx.options
         chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        spec = JobSpec(instruction=ctx.task)
-        bounded, notices = bound_jobs([spec], [list(chunks)], 1, o.max_jobs_per_round)
-        for message in notices:
-            ctx.notice(message)
-        jobs = [Job(i, 1, ctx.task, c) for i, c in enumerate(bounded[0].chunks)]
-        run_jobs(ctx, jobs)
-        checked, findings = aggregate(ctx.jobs, {j.job_id: j.chunk for j in jobs}, {d.name: d for d in ctx.documents})
+        reading = read(ctx, chunks, ctx.task)
+        docs = {d.name: d for d in ctx.documents}
+        checked, findings = aggregate(ctx.jobs, {j.job_id: j.chunk for j in reading.jobs}, docs)
         ctx.jobs[:] = checked
-        ctx.best_answer = best_answer(findings)
-        ctx.citations = [f.citation for f in findings if f.citation is not None][:10]
-        if len(findings) > 1:
-            self._reduce(ctx, to_json(digest(findings)))
+        passed = reading.passed_on(o.read_chunks)
+        ctx.evidence = evidence(passed, findings)
+        by_job = {f.job_id: f for f in findings if f.citation is not None}
+        quoted = [by_job[j.job_id] for _, j in passed if j.job_id in by_job]
+        ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
+        ctx.best_answer = local_answer(quoted, read=len(reading.jobs), chunks=len(chunks))
 
-    def _reduce(self, ctx: RunContext, findings: str) -> None:
-        """The local model picks one answer from the findings; if it cannot, the majority answer stands."""
-        prompt = render("reduce", task=ctx.task, findings=findings)
-        limit = ctx.local.capabilities.context_window - ctx.options.job_max_tokens - PROMPT_RESERVE
-        prompt, _ = fit_to_tokens(prompt, ctx.local, limit)
-        with ctx.timed("local"):
-            result = ctx.local.chat([Message("user", prompt)], SamplingParams(max_tokens=ctx.options.job_max_tokens))
-        ctx.meter.add("local", priced(ctx.local, result.usage, ctx.options.price_table))
-        try:
-            ctx.best_answer = Answer.model_validate(extract_json(result.text)).answer
-        except (ValueError, ValidationError) as exc:
-            log.info("local reduce reply unusable (%s); keeping the majority answer", exc)
+
+def local_answer(findings: Sequence[Finding], *, read: int, chunks: int) -> str:
+    """The best-ranked finding as a sentence, then its quote and its place; or that nothing was found."""
+    if not findings:
+        return (
+            f"The documents do not seem to answer this: the local model read the {read} passages (of {chunks}) "
+            "that match the question best, and none of them says it."
+        )
+    best, c = findings[0], findings[0].citation
+    assert c is not None
+    place = c.label.replace(f"{c.document} ", f"{c.document}, ", 1)
+    if best.answer != c.text:
+        return f"{best.answer}, according to {place}:\n\u201c{c.text}\u201d"
+    return f"According to {place}:\n\u201c{c.text}\u201d"

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from minions.backends.base import Backend
 from minions.documents import Document
@@ -43,6 +44,8 @@ class RunContext:
     jobs: list[JobRecord] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
+    reading: dict[str, Any] = field(default_factory=dict)
+    """What the local model read: chunks, scored, read, skipped, why (``protocols.reading``)."""
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -98,6 +101,7 @@ class RunContext:
             notes=tuple(self.notes),
             round_log=tuple(self.round_log),
             evidence=tuple(self.evidence),
+            reading=dict(self.reading),
         )
 
 

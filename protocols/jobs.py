@@ -1,35 +1,45 @@
 """Running local jobs: one instruction over one chunk, many at once through the backend's ``batch``.
 
-A job's prompt puts what jobs share first (the system prompt, then the instruction or the chunk, whichever
-more jobs share: see ``chunk_first``), so a local engine can reuse the shared prefix. A job that fails or
+A job is evidence-first (``protocols.quotes``): the local model picks the sentence of its chunk that answers the
+instruction, and a figure of that sentence as the short answer, from alternatives a JSON schema lays down, so
+the quote is verbatim by construction. Its prompt puts the chunk first (system prompt, then the chunk, then the
+question), so jobs and scores over the same chunk share their prefix in a local engine. A job that fails or
 replies malformed JSON is retried once; after that it is recorded as failed, never fatal.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-from pydantic import ValidationError
+from dataclasses import dataclass, field
+from typing import Literal
 
 from minions.backends.base import Backend, OnResult, error_result
 from minions.chunking import Chunk
 from minions.errors import BackendError
 from minions.events import CancelToken, JobFailed, JobFinished, JobStarted, emit
-from minions.types import ChatRequest, ChatResult, Message, SamplingParams
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
 
+from .aggregate import verify_citation
 from .channel import priced
 from .context import RunContext
-from .parsing import extract_json, salvage_fields
+from .parsing import extract_json, normalize, salvage_fields
 from .prompts import render
+from .quotes import NONE, Span, answer_spans, candidates, quote_schema
+from .ranking import fused_order
 from .result import JobRecord
-from .schemas import JOB_OUTPUT_SCHEMA, JobOutput
+from .schemas import JobOutput
 
-__all__ = ["Job", "chunk_first", "job_messages", "run_jobs"]
+__all__ = ["Job", "job_messages", "run_jobs"]
 
 log = logging.getLogger(__name__)
+
+Ask = Literal["quote", "sentence", "yes_no"]
+SCORE_TOP_TOKENS = 20
+"""Most likely first tokens a yes/no score reads ("yes", " Yes", "no", ... are among them)."""
+SENTENCES_SCORED = 5
+"""Candidate sentences of a chunk (the best by words) the local model scores, when it reports log-probabilities."""
 
 
 @dataclass(frozen=True)
@@ -39,40 +49,36 @@ class Job:
     instruction: str
     chunk: Chunk
     sample: int = 0
+    options: tuple[Span, ...] = field(default=(), compare=False)
+    """The sentences the job may quote; computed from the chunk and the instruction when not given."""
+
+    def __post_init__(self) -> None:
+        if not self.options:
+            object.__setattr__(self, "options", tuple(candidates(self.chunk, self.instruction)))
 
     @property
     def label(self) -> str:
         return self.chunk.label + (f" (sample {self.sample + 1})" if self.sample else "")
 
 
-def job_messages(instruction: str, chunk: Chunk, *, chunk_first: bool = False) -> list[Message]:
-    text = render("job", instruction=instruction, label=chunk.label, text=chunk.text, chunk_first=chunk_first)
+def job_messages(instruction: str, chunk: Chunk, ask: Ask = "quote", sentence: str = "") -> list[Message]:
+    """The prompt of a job over ``chunk``: the chunk first, then the question and what to reply (``quote``: the
+    sentence that answers; ``sentence``: whether ``sentence`` answers; ``yes_no``: whether the chunk does)."""
+    text = render("job", instruction=instruction, label=chunk.label, text=chunk.text, ask=ask, sentence=sentence)
     return [Message("system", render("job_system")), Message("user", text)]
-
-
-def chunk_first(jobs: Sequence[Job]) -> bool:
-    """Whether the chunk should come before the instruction in these jobs' prompts.
-
-    A local engine computes a shared prompt prefix once. With one instruction over many chunks the instruction
-    is what jobs share; with several instructions over the same chunks each chunk is shared by several jobs,
-    and chunks are long. Put first whichever saves more characters of prompt."""
-    instr_uses = Counter(j.instruction for j in jobs)
-    chunk_uses = Counter((j.chunk.document, j.chunk.index) for j in jobs)
-    chunk_len = {(j.chunk.document, j.chunk.index): len(j.chunk.text) for j in jobs}
-    shared_if_instruction_first = sum((n - 1) * len(i) for i, n in instr_uses.items())
-    shared_if_chunk_first = sum((n - 1) * chunk_len[c] for c, n in chunk_uses.items())
-    return shared_if_chunk_first > shared_if_instruction_first
 
 
 def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
     # Samples and retries differ by seed and a little temperature; a first sample is greedy.
     varied = job.sample > 0 or attempt > 0
+    longest = max((len(s.text) for s in job.options), default=0)
     params = SamplingParams(
-        max_tokens=ctx.options.job_max_tokens, temperature=0.7 if varied else 0.0, seed=job.sample * 101 + attempt
+        # the quote (about one token per 3 characters, JSON escapes included), its figure and the JSON around them
+        max_tokens=max(ctx.options.job_max_tokens, longest // 2 + 64),
+        temperature=0.7 if varied else 0.0,
+        seed=job.sample * 101 + attempt,
     )
-    if ctx.local.capabilities.json_schema:
-        params = params.with_(json_schema=JOB_OUTPUT_SCHEMA)
-    return params
+    return params.with_(json_schema=quote_schema(job.options)) if ctx.local.capabilities.json_schema else params
 
 
 def _call(
@@ -88,17 +94,30 @@ def _call(
         return [error_result(backend.name, exc) for _ in requests]
 
 
-def _parse(result: ChatResult) -> tuple[JobOutput | None, str | None]:
+def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
+    """The job's quote (one of its options, or "none") and the short answer, which must be a figure of the
+    quote. A backend that does not enforce the schema may write a quote of its own: it counts only when it is
+    (near-)verbatim in the chunk."""
     if not result.ok:
         return None, result.error or "the job failed"
     try:
-        return JobOutput.model_validate(extract_json(result.text)), None
-    except (ValueError, ValidationError) as exc:
-        # A reply cut off by max_tokens still says what it found before the cut.
-        fields = salvage_fields(result.text, ("answer", "citation", "explanation"))
-        if fields.get("answer") is not None:
-            return JobOutput.model_validate(fields), None
-        return None, f"malformed reply: {exc}"
+        reply: dict[str, object] = extract_json(result.text)
+    except ValueError as exc:
+        # A reply cut off by max_tokens still holds the quote it was copying.
+        reply = dict(salvage_fields(result.text, ("quote", "answer")))
+        if not reply.get("quote"):
+            return None, f"malformed reply: {exc}"
+    quote = reply.get("quote")
+    if not isinstance(quote, str) or normalize(quote) in ("", NONE):
+        return JobOutput(), None
+    chosen = next((s.text for s in job.options if s.text == quote), None)
+    if chosen is None and verify_citation(quote, job.chunk.text):
+        chosen = quote.strip()
+    if chosen is None:
+        return None, "malformed reply: the quote is not in the excerpt"
+    answer = reply.get("answer")
+    short = answer if isinstance(answer, str) and answer in answer_spans(chosen) else None
+    return JobOutput(answer=short or chosen, citation=chosen), None
 
 
 def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str | None, attempts: int) -> JobRecord:
@@ -118,7 +137,14 @@ def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str |
         error=error,
         raw=result.text[:2000],
         sample=job.sample,
+        score=_model_score(result),
     )
+
+
+def _model_score(result: ChatResult) -> float | None:
+    """How strongly the local model said the chunk answers: its best sentence's yes/no log-odds (scored jobs)."""
+    odds = result.stats.get("sentence_odds")
+    return max(odds) if odds else None
 
 
 Outcome = tuple[ChatResult, JobOutput | None, str | None]
@@ -127,20 +153,12 @@ Outcome = tuple[ChatResult, JobOutput | None, str | None]
 def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
     """One attempt at ``jobs``. Each job's event goes out as soon as the backend returns it, so progress is live
     and a client that goes away mid-batch can cancel the rest."""
-    first = chunk_first(jobs)
-    requests = [
-        ChatRequest(job_messages(j.instruction, j.chunk, chunk_first=first), _params(ctx, j, attempt)) for j in jobs
-    ]
+    requests = [ChatRequest(job_messages(j.instruction, j.chunk), _params(ctx, j, attempt)) for j in jobs]
     outcomes: dict[int, Outcome] = {}
 
     def on_result(i: int, result: ChatResult) -> None:
-        outcome = outcomes[i] = (result, *_parse(result))
-        job, output, error = jobs[i], outcome[1], outcome[2]
-        if output is not None:
-            emit(ctx.events, JobFinished(job.job_id, job.round, job.label, output.answer))
-        else:
-            retry = attempt == 0 and not ctx.cancelled
-            emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", retry))
+        outcomes[i] = (result, *_parse(jobs[i], result))
+        _announce(ctx, jobs[i], outcomes[i], attempt)
 
     with ctx.timed("local"):
         results = _call(ctx.local, requests, ctx.cancel, on_result)
@@ -151,12 +169,72 @@ def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Out
     return [outcomes[i] for i in range(len(results))]
 
 
+def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
+    """A job whose chunk and candidate sentences the model scored (``results``: the chunk's yes/no first, then one
+    per sentence): the quote is the sentence ranked best by its yes/no log-odds fused with its rank by words."""
+    usage = sum((r.usage for r in results), Usage())
+    failed = next((r for r in results if not r.ok), None)
+    odds = [_yes_odds(r) for r in results]
+    if failed is not None or any(o is None for o in odds):
+        error = failed.error if failed is not None else "the backend reported no log-probabilities"
+        return error_result(results[0].model if results else "", BackendError(error or "scoring failed")), None, error
+    chunk_odds, sentence_odds = odds[0], [o for o in odds[1:] if o is not None]
+    best = fused_order(sentence_odds)[0][0] if sentence_odds else None
+    quote = job.options[best].text if best is not None else None
+    reply = {"quote": quote or NONE, "chunk_odds": chunk_odds, "sentence_odds": sentence_odds}
+    seconds = sum(r.timings.total_s for r in results)
+    result = ChatResult(json.dumps(reply), usage, "stop", Timings(total_s=seconds), results[0].model, stats=reply)
+    return result, JobOutput(answer=quote, citation=quote), None
+
+
+def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
+    """Evidence by scoring (a backend that reports log-probabilities): the local model reads each job's chunk and
+    question and says whether the chunk answers, then each of its best ``SENTENCES_SCORED`` candidate sentences and
+    whether it answers. All of a job's prompts share the chunk-first prefix, so the chunk is computed once; a choice
+    by scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
+    params = SamplingParams(max_tokens=1, logprobs=SCORE_TOP_TOKENS)
+    plan = [(i, "") for i in range(len(jobs))]
+    plan += [(i, s.text) for i, j in enumerate(jobs) for s in j.options[:SENTENCES_SCORED]]
+    requests = [
+        ChatRequest(job_messages(jobs[i].instruction, jobs[i].chunk, "sentence" if text else "yes_no", text), params)
+        for i, text in plan
+    ]
+    results_of: dict[int, dict[int, ChatResult]] = {i: {} for i in range(len(jobs))}
+    wanted = {i: 1 + min(len(j.options), SENTENCES_SCORED) for i, j in enumerate(jobs)}
+    outcomes: dict[int, Outcome] = {}
+
+    def on_result(k: int, result: ChatResult) -> None:
+        i = plan[k][0]
+        results_of[i][k] = result
+        if len(results_of[i]) == wanted[i]:
+            outcomes[i] = _scored(jobs[i], [results_of[i][key] for key in sorted(results_of[i])])
+            _announce(ctx, jobs[i], outcomes[i], attempt)
+
+    with ctx.timed("local"):
+        results = _call(ctx.local, requests, ctx.cancel, on_result)
+    for k, r in enumerate(results):
+        ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
+        if k not in results_of[plan[k][0]]:  # a backend that failed as a whole never reported one by one
+            on_result(k, r)
+    return [outcomes[i] for i in range(len(jobs))]
+
+
+def _announce(ctx: RunContext, job: Job, outcome: Outcome, attempt: int) -> None:
+    _, output, error = outcome
+    if output is not None:
+        emit(ctx.events, JobFinished(job.job_id, job.round, job.label, output.answer))
+    else:
+        retry = attempt == 0 and not ctx.cancelled
+        emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", retry))
+
+
 def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
     for j in jobs:
         emit(ctx.events, JobStarted(j.job_id, j.round, j.label))
-    first = _run_attempt(ctx, jobs, 0)
+    attempt = _score_attempt if ctx.local.capabilities.logprobs else _run_attempt
+    first = attempt(ctx, jobs, 0)
     failed = [] if ctx.cancelled else [i for i, (_, out, _) in enumerate(first) if out is None]
-    retried = dict(zip(failed, _run_attempt(ctx, [jobs[i] for i in failed], 1), strict=True))
+    retried = dict(zip(failed, attempt(ctx, [jobs[i] for i in failed], 1), strict=True))
     records = []
     for i, job in enumerate(jobs):
         result, output, error = retried.get(i, first[i])
@@ -176,3 +254,16 @@ def run_jobs(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
         records.extend(batch)
     ctx.check_cancelled()
     return records
+
+
+def _yes_odds(result: ChatResult) -> float | None:
+    """log P(yes) - log P(no) at the reply's first token (spellings " Yes", "yes", ... pooled by their best), or
+    None when the backend reported no log-probabilities. A word outside the reported top counts as just below it."""
+    steps = result.stats.get("logprobs") if result.ok else None
+    if not steps or not steps[0]:
+        return None
+    top = [(str(text).strip().lower(), float(lp)) for text, lp in steps[0]]
+    floor = min(lp for _, lp in top) - 1.0
+    yes = max((lp for t, lp in top if t == "yes"), default=floor)
+    no = max((lp for t, lp in top if t == "no"), default=floor)
+    return yes - no

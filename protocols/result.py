@@ -22,6 +22,8 @@ class Citation:
     pages: tuple[int, ...] = ()
     start: int | None = None
     end: int | None = None
+    line: int | None = None
+    """The line where the quote starts, for documents without pages."""
 
     @property
     def label(self) -> str:
@@ -29,6 +31,8 @@ class Citation:
             return f"{self.document} p.{self.pages[0]}-{self.pages[-1]}"
         if self.pages:
             return f"{self.document} p.{self.pages[0]}"
+        if self.line is not None:
+            return f"{self.document} line {self.line}"
         return f"{self.document} #{self.chunk + 1}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -39,6 +43,7 @@ class Citation:
             "pages": list(self.pages),
             "start": self.start,
             "end": self.end,
+            "line": self.line,
             "label": self.label,
         }
 
@@ -132,6 +137,8 @@ class JobRecord:
     sample: int = 0
     citation_verified: bool | None = None
     """Whether the citation was found (near-)verbatim in the chunk; None when there is none."""
+    score: float | None = None
+    """The local model's log-odds that its best sentence answers (jobs scored by log-probabilities); else None."""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -181,6 +188,8 @@ class RunResult:
     evidence: tuple[Evidence, ...] = ()
     """What reached the remote model (Minions: the findings' quotes, else their chunks; RAG: the retrieved
     chunks; remote: the documents as sent), or for ``local`` what its answer step read; ranked, best first."""
+    reading: Mapping[str, Any] = field(default_factory=dict)
+    """How many chunks the local model scored, read and skipped, and why (empty where it read none)."""
 
     @property
     def total_usage(self) -> Usage:
@@ -214,4 +223,5 @@ class RunResult:
             "egress": [r.to_dict() for r in self.egress],
             "round_log": [r.to_dict() for r in self.round_log],
             "evidence": [e.to_dict() for e in self.evidence],
+            "reading": dict(self.reading),
         }

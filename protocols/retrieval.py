@@ -1,4 +1,11 @@
-"""BM25 ranking of chunks: the one implementation behind the RAG baseline and the Minions fallback."""
+"""BM25 ranking of chunks: the one implementation behind every ranking of chunks (the local reader, the RAG
+baseline, the Minions scopes).
+
+Terms are lower-cased words and numbers, stop words dropped, with a light suffix stemming ("expenditures",
+"expenditure"). ``figure_share`` and ``asks_for_quantity`` give the prior the ranker adds for questions that ask
+for a quantity: on FinanceBench such answers sit in tables, and passages dense in figures rank better (measured
+in ``minions bench evidence``).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["BM25", "tokenize"]
+__all__ = ["BM25", "asks_for_quantity", "figure_share", "tokenize"]
 
 _STOP = frozenset(
     {
@@ -48,8 +55,33 @@ _STOP = frozenset(
 )
 
 
+_SUFFIX = re.compile(r"(?:ies|es|s|ing|ed|ly)$")
+_FIGURE = re.compile(r"[(\[$€£]?[-+]?\d[\d,.]*[)\]%]?")
+_QUANTITY = re.compile(
+    r"\b(?:how (?:much|many)|amount|total|ratio|margin|percent(?:age)?|usd|dollars?|millions?|billions?|"
+    r"revenues?|income|expenses?|costs?|capex|expenditures?|cash|debt|assets|liabilities|eps|earnings|growth|"
+    r"rates?|change|increase|decrease|sales|profits?|dividends?|shares|number|price|average)\b|[%$€£]",
+    re.IGNORECASE,
+)
+
+
+def _stem(word: str) -> str:
+    return _SUFFIX.sub("", word) if len(word) > 4 and not word[0].isdigit() else word
+
+
 def tokenize(text: str) -> list[str]:
-    return [t for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
+    return [_stem(t) for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
+
+
+def figure_share(text: str) -> float:
+    """The share of ``text``'s whitespace-separated tokens that are figures (1,577  (305)  $31.8  12%)."""
+    tokens = text.split()
+    return sum(bool(_FIGURE.fullmatch(t)) for t in tokens) / len(tokens) if tokens else 0.0
+
+
+def asks_for_quantity(question: str) -> bool:
+    """Whether ``question`` asks for an amount, a rate or a count (its answer is likely a figure)."""
+    return _QUANTITY.search(question) is not None
 
 
 class BM25:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .options import DEFAULT_CHUNK_SIZE
 from .parsing import as_answer
 
 __all__ = ["JOB_OUTPUT_SCHEMA", "Answer", "Decision", "JobOutput", "JobSpec", "MinionTurn", "Plan", "response_schema"]
@@ -56,7 +57,7 @@ class JobSpec(_Strict):
 
 class Plan(_Strict):
     jobs: list[JobSpec] = Field(min_length=1, max_length=8)
-    chunk_size: int = Field(default=2000, ge=300, le=6000, description="characters per chunk")
+    chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, ge=300, le=6000, description="characters per chunk")
     samples: int = Field(default=1, ge=1, le=3, description="runs of each job")
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from minions.chunking import Chunk
 from minions.documents import Document
 
-from .retrieval import BM25
+from .ranking import lexical_rank
 from .schemas import JobSpec, Plan
 
 __all__ = ["ScopedJob", "bound_jobs", "check_plan", "chunks_in_scope"]
@@ -92,9 +92,8 @@ def chunks_in_scope(
 
 
 def retrieve(chunks: Sequence[Chunk], query: str, k: int) -> list[Chunk]:
-    """The ``k`` chunks that BM25 ranks best for ``query``, in document order."""
-    best = sorted(BM25([c.text for c in chunks]).top(query, k))
-    return [chunks[i] for i in best]
+    """The ``k`` chunks that rank best for ``query`` (``protocols.ranking.lexical_rank``), best first."""
+    return [r.chunk for r in lexical_rank(chunks, query)[:k]]
 
 
 def bound_jobs(

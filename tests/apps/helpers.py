@@ -9,8 +9,10 @@ from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
 from minions.types import Message, SamplingParams
 
+from ..protocols.helpers import job_reply
+
 FACT = "Revenue in fiscal 2023 was $4.2 billion, up 12 percent."
-QUOTE = "Revenue in fiscal 2023 was $4.2 billion"
+QUOTE = FACT  # the sentence an evidence-first job quotes whole
 ANSWER = "Revenue in fiscal 2023 was $4.2 billion."
 FILLER = (
     "The company designs, manufactures and sells industrial equipment to customers in many countries. "
@@ -63,10 +65,7 @@ def make_pdf(pages: list[str]) -> bytes:
 
 def local_reply(messages: list[Message], params: SamplingParams) -> str:
     """A local model that quotes the revenue fact when its chunk has it."""
-    chunk = messages[-1].content
-    if "Revenue in fiscal 2023" in chunk:
-        return json.dumps({"explanation": "The excerpt states revenue.", "citation": QUOTE, "answer": "$4.2 billion"})
-    return json.dumps({"explanation": "Not in this excerpt.", "citation": None, "answer": None})
+    return job_reply(messages, params)
 
 
 def remote_reply(messages: list[Message], params: SamplingParams) -> str:

@@ -26,18 +26,25 @@ def make_text(paragraphs: int = 12) -> str:
     return "\n\n".join(parts)
 
 
+def quote_reply(params: SamplingParams, needle: str, answer: str | None = None) -> str:
+    """What an evidence-first job replies when it picks the offered sentence that contains ``needle`` (with
+    ``answer``, one of that sentence's figures), or "none" when no offered sentence has it. The offered sentences
+    are the alternatives of the job's JSON schema (``protocols.quotes.quote_schema``)."""
+    if params.json_schema is None:  # a backend that cannot follow a schema copies the sentence itself
+        return json.dumps({"quote": FACT, "answer": answer} if needle in FACT else {"quote": "none", "answer": None})
+    for alternative in params.json_schema["anyOf"]:
+        quote = alternative["properties"]["quote"]["const"]
+        if needle in quote:
+            allowed = alternative["properties"]["answer"]["enum"]
+            return json.dumps({"quote": quote, "answer": answer if answer in allowed else None})
+    return json.dumps({"quote": "none", "answer": None})
+
+
 def job_reply(messages: list[Message], params: SamplingParams) -> str:
     """A local model that finds the revenue fact when its chunk has it."""
-    chunk = messages[-1].content
-    if "Revenue in fiscal 2023" in chunk:
-        return json.dumps(
-            {
-                "explanation": "The excerpt states revenue.",
-                "citation": "Revenue in fiscal 2023 was $4.2 billion",
-                "answer": "$4.2 billion",
-            }
-        )
-    return json.dumps({"explanation": "Not in this excerpt.", "citation": None, "answer": None})
+    if params.json_schema is None and "Revenue in fiscal 2023" not in messages[-1].content:
+        return json.dumps({"quote": "none", "answer": None})
+    return quote_reply(params, "Revenue in fiscal 2023", "$4.2 billion")
 
 
 def plan(*jobs: dict[str, Any], chunk_size: int = 1000, samples: int = 1) -> str:

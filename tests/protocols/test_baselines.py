@@ -8,7 +8,7 @@ from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
 from minions.protocols import RAG, LocalOnly, RemoteOnly
 
-from .helpers import FACT, SECRET, job_reply
+from .helpers import FACT, SECRET
 
 
 def test_remote_only_cuts_to_the_context_window_with_a_notice(doc):
@@ -41,27 +41,41 @@ def test_rag_sends_only_the_best_chunks(remote, doc):
     assert result.citations[0].document == "report.txt" and result.answer == "$4.2 billion"
 
 
-def test_local_only_maps_and_reduces_on_the_device(local, doc):
-    def responder(messages, params):
-        if messages[0].role == "user" and "Answers found" in messages[0].content:
-            return json.dumps({"answer": "4.2 billion dollars"})
-        return job_reply(messages, params)
-
-    local.responder = responder
+def test_local_only_answers_with_the_quote_and_its_place_on_the_device(local, doc):
     result = LocalOnly(local).run("What was revenue in fiscal 2023?", [doc])
     assert result.complete and result.egress == () and result.usage["remote"].calls == 0
-    assert result.answer == "$4.2 billion"  # one finding: no reduce needed
-    assert result.citations and result.usage["local"].calls == len(result.jobs)
+    line = doc.text[: doc.text.index(FACT)].count("\n") + 1
+    assert result.answer == f"$4.2 billion, according to report.txt, line {line}:\n\u201c{FACT}\u201d"
+    assert [c.text for c in result.citations] == [FACT] and result.citations[0].label == f"report.txt line {line}"
+    assert result.citations[0].start == doc.text.index(FACT)
+    assert result.usage["local"].calls == len(result.jobs)
 
 
-def test_local_only_keeps_the_majority_when_the_reduce_is_junk(doc):
-    def responder(messages, params):
-        if "Answers found" in messages[-1].content:
-            return "hmm"
-        return json.dumps(
-            {"explanation": "", "citation": None, "answer": "42" if "Paragraph 1" in messages[-1].content else "7"}
-        )
+def test_local_only_reads_the_best_chunks_first_and_says_what_it_skipped(local, doc):
+    result = LocalOnly(local, chunk_size=600, read_chunks=3).run("What was revenue in fiscal 2023?", [doc])
+    chunks = result.reading["chunks"]
+    assert len(result.jobs) == 3 and result.reading["read"] == 3 and result.reading["skipped"] == chunks - 3 > 0
+    assert "not read" in result.reading["why"]
+    # the chunk with the fact ranks first, so its quote heads the evidence, and the others follow as chunks
+    assert result.evidence[0].kind == "quote" and result.evidence[0].text == FACT
+    assert [e.kind for e in result.evidence[1:]] == ["chunk", "chunk"]
+    assert all(e.document == "report.txt" and e.start is not None for e in result.evidence)
 
-    local = ScriptedBackend("scripted/local", responder=responder)
-    result = LocalOnly(local, chunk_size=1000).run("Number?", [doc])
-    assert result.answer == "7" and result.usage["local"].calls == len(result.jobs) + 1
+
+def test_local_only_says_so_when_nothing_answers(doc):
+    local = ScriptedBackend("scripted/local", responder=lambda m, p: json.dumps({"quote": "none", "answer": None}))
+    result = LocalOnly(local, read_chunks=4).run("Who founded the company?", [doc])
+    assert result.complete and result.citations == ()
+    assert result.answer.startswith("The documents do not seem to answer this") and "4 passages" in result.answer
+    assert len(result.evidence) == 4 and all(e.kind == "chunk" for e in result.evidence)
+
+
+def test_local_only_refuses_a_quote_that_is_not_in_the_chunk(doc):
+    """A backend that ignores the schema and writes its own quote: only a verbatim one counts."""
+    local = ScriptedBackend(
+        "scripted/local",
+        responder=lambda m, p: json.dumps({"quote": "Revenue was nine trillion dollars", "answer": "9T"}),
+    )
+    result = LocalOnly(local, read_chunks=2).run("What was revenue?", [doc])
+    assert result.citations == () and all(not j.ok and "not in the excerpt" in (j.error or "") for j in result.jobs)
+    assert all(j.attempts == 2 for j in result.jobs)

@@ -21,7 +21,7 @@ from minions.events import (
     PlanReady,
     RoundDone,
 )
-from minions.protocols import Budget, InputError, Minions
+from minions.protocols import Budget, InputError, Minions, RunOptions
 from minions.types import Message, SamplingParams
 
 from .helpers import FACT, SECRET, final, job_reply, more, plan
@@ -39,7 +39,7 @@ def test_one_round_answers_with_checked_citations_and_accounts_for_everything(lo
 
     assert result.complete and result.answer == "Revenue was $4.2 billion."
     assert result.rounds == 1 and len(result.jobs) == len(local.history) > 3
-    assert [c.text for c in result.citations] == ["Revenue in fiscal 2023 was $4.2 billion"]
+    assert [c.text for c in result.citations] == [FACT]
     cite = result.citations[0]
     assert cite.document == "report.txt" and doc.text[cite.start : cite.end] == cite.text
     assert result.usage["local"].calls == len(result.jobs) and result.usage["remote"].calls == 2
@@ -71,8 +71,13 @@ def test_job_prompts_put_the_shared_prefix_first_and_ask_for_the_schema(local, r
     systems = {c.messages[0].content for c in calls}
     assert len(systems) == 1 and all(c.messages[0].role == "system" for c in calls)
     users = [c.messages[1].content for c in calls]
-    assert all(u.startswith("Instruction: Find the revenue for fiscal 2023.\n") for u in users)
-    assert all(c.params.json_schema is not None and c.params.max_tokens == 200 for c in calls)
+    assert all(u.startswith("Excerpt (report.txt") for u in users)  # the chunk first: a prefix jobs can share
+    assert all("\nQuestion: Find the revenue for fiscal 2023.\n" in u for u in users)
+    # the schema offers the chunk's own sentences, so the quote is verbatim by construction
+    for call in calls:
+        quotes = [a["properties"]["quote"]["const"] for a in call.params.json_schema["anyOf"]]
+        assert quotes[-1] == "none" and all(q in " ".join(call.messages[1].content.split()) for q in quotes[:-1])
+    assert any(FACT in [a["properties"]["quote"]["const"] for a in c.params.json_schema["anyOf"]] for c in calls)
 
 
 def test_no_schema_for_a_backend_that_cannot_follow_one(remote, doc):
@@ -153,30 +158,33 @@ def test_a_malformed_job_fails_after_one_retry_and_the_run_goes_on(remote, doc):
 def test_sloppy_json_from_a_small_model_still_counts(remote, doc):
     def sloppy(messages: list[Message], params: SamplingParams) -> str:
         if "Revenue in fiscal 2023" in messages[-1].content:
-            return 'Sure! ```json\n{"explanation": "x", "citation": "REVENUE in  fiscal 2023", "answer": 4.2}``` ok'
-        return '{"explanation": "nothing", "citation": "", "answer": "None"}'
+            return 'Sure! ```json\n{"quote": "REVENUE in  fiscal 2023 was $4.2 billion", "answer": "4.2"}``` ok'
+        return '{"quote": "None", "answer": null}'
 
     local = ScriptedBackend("scripted/local", responder=sloppy)
     result, _ = run(local, remote, doc, plan(), final())
 
     answered = [j for j in result.jobs if j.answer]
-    assert [j.answer for j in answered] == ["4.2"] and answered[0].citation_verified
+    # the quote is near-verbatim, so it counts; "4.2" is not a figure of it as written, so the quote is the answer
+    assert [j.citation for j in answered] == ["REVENUE in  fiscal 2023 was $4.2 billion"]
+    assert answered[0].answer == answered[0].citation and answered[0].citation_verified
     assert all(j.ok for j in result.jobs)
 
 
 def test_a_made_up_citation_is_flagged_and_dropped(remote, doc):
     def liar(messages: list[Message], params: SamplingParams) -> str:
         if "Revenue in fiscal 2023" in messages[-1].content:
-            return json.dumps({"explanation": "", "citation": "Revenue was nine trillion dollars", "answer": "9T"})
+            return json.dumps({"quote": "Revenue was nine trillion dollars", "answer": "9T"})
         return job_reply(messages, params)
 
     local = ScriptedBackend("scripted/local", responder=liar)
     result, _ = run(local, remote, doc, plan(), final())
 
-    job = next(j for j in result.jobs if j.answer)
-    assert job.citation_verified is False and result.citations == ()
-    assert "nine trillion" not in remote.history[-1].messages[0].content  # the quote never went out
-    assert '"answer": "9T"' in remote.history[-1].messages[0].content
+    job = next(j for j in result.jobs if "nine trillion" in j.raw)
+    assert not job.ok and "not in the excerpt" in (job.error or "") and job.attempts == 2
+    assert result.citations == ()
+    decide = remote.history[-1].messages[0].content
+    assert "nine trillion" not in decide and "9T" not in decide  # neither the quote nor its answer went out
 
 
 def test_a_dead_local_backend_ends_the_run_with_what_it_has(remote, doc):
@@ -205,7 +213,7 @@ def test_several_rounds_carry_feedback_and_new_jobs(local, remote, doc):
     assert result.round_log[0].feedback == "Need the segment split."
     round2 = [j for j in result.jobs if j.round == 2]
     assert round2 and all(j.instruction == "Find the segment revenue." for j in round2)
-    assert len(round2) <= 5  # top_k for a retrieval scope
+    assert len(round2) <= RunOptions().top_k  # the chunks a retrieval scope reads
     assert [e.round for e in events if isinstance(e, RoundDone)] == [1, 2]
     assert len({j.job_id for j in result.jobs}) == len(result.jobs)
 
@@ -284,17 +292,19 @@ def test_cancellation_reaches_inside_a_batch_and_nothing_is_retried(local, remot
     assert result.jobs and all(not j.ok and j.attempts == 1 and "cancelled" in (j.error or "") for j in result.jobs)
 
 
-def test_jobs_put_first_what_they_share():
+def test_jobs_and_scores_over_one_chunk_share_their_prompt_prefix():
     from minions.chunking import Chunk
-    from minions.protocols.jobs import Job, chunk_first, job_messages
+    from minions.protocols.jobs import job_messages
 
-    chunks = [Chunk("d.txt", i, "word " * 400, 0, 2000) for i in range(3)]
-    one_instruction = [Job(i, 1, "Find the revenue.", c) for i, c in enumerate(chunks)]
-    many_instructions = [Job(i, 1, q, chunks[0]) for i, q in enumerate(["Revenue?", "Costs?", "Debt?"])]
-    assert not chunk_first(one_instruction)
-    assert chunk_first(many_instructions)
-    text = job_messages("Revenue?", chunks[0], chunk_first=True)[-1].content
-    assert text.startswith("Excerpt") and text.rstrip().endswith("Instruction: Revenue?")
+    chunk = Chunk("d.txt", 0, "Revenue was $4.2 billion. " * 40, 0, 1040)
+    quote = job_messages("What was revenue?", chunk)
+    score = job_messages("What was revenue?", chunk, ask="yes_no")
+    other = job_messages("What was the margin?", chunk)
+    assert quote[0] == score[0] == other[0]  # one system prompt
+    shared = quote[1].content[: quote[1].content.index("Question:")]
+    assert shared.startswith("Excerpt (d.txt") and chunk.text in shared
+    assert score[1].content.startswith(shared) and other[1].content.startswith(shared)
+    assert quote[1].content != score[1].content
 
 
 def test_too_many_jobs_fall_back_to_retrieval_with_a_notice(local, remote, doc):
@@ -314,7 +324,7 @@ def test_samples_multiply_jobs_and_vary_the_seed(local, remote, doc):
         plan({"instruction": "Find revenue.", "scope": "retrieve", "query": "revenue 2023"}, samples=2),
         final(),
     )
-    assert len(result.jobs) == 10 and {j.sample for j in result.jobs} == {0, 1}
+    assert len(result.jobs) == 2 * RunOptions().top_k and {j.sample for j in result.jobs} == {0, 1}
     assert len({c.params.seed for c in local.history}) == 2
 
 
@@ -347,13 +357,14 @@ def test_pages_scope_on_a_document_without_pages_goes_back(local, remote, doc):
 def test_a_job_cut_off_by_max_tokens_keeps_its_answer(remote, doc):
     def rambling(messages: list[Message], params: SamplingParams) -> str:
         if "Revenue in fiscal 2023" in messages[-1].content:
-            return '{"answer": "$4.2 billion", "citation": "Revenue in fiscal 2023 was", "explanation": "It is said'
+            return '{"quote": "Revenue in fiscal 2023 was $4.2 billion, up 12 percent.", "answer": "$4.2 bil'
         return job_reply(messages, params)
 
-    local = ScriptedBackend("scripted/local", responder=rambling)
+    local = ScriptedBackend("scripted/local", responder=rambling, capabilities=Capabilities(local=True))
     result, _ = run(local, remote, doc, plan(), final())
     job = next(j for j in result.jobs if j.answer)
-    assert job.ok and job.attempts == 1 and job.answer == "$4.2 billion" and job.citation_verified
+    assert job.ok and job.attempts == 1 and job.citation == FACT and job.citation_verified
+    assert job.answer == FACT  # the cut answer is not a figure of the quote: the quote stands
 
 
 def test_with_fallback_plan_a_planner_that_never_validates_still_gets_jobs_run(local, remote, doc):

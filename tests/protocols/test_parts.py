@@ -95,11 +95,9 @@ def test_empty_task_and_missing_documents_are_clear_errors(local, doc, tmp_path)
 def test_paths_are_loaded(local, tmp_path):
     path = tmp_path / "a.txt"
     path.write_text("Revenue in fiscal 2023 was $4.2 billion.")
-    local.enqueue('{"explanation": "", "citation": null, "answer": "4.2"}')
     result = LocalOnly(local).run("Revenue?", path)
-    assert result.answer == "4.2" and result.jobs[0].document == "a.txt"
-    local.enqueue('{"explanation": "", "citation": null, "answer": "4.2"}')
-    assert LocalOnly(local).run("Revenue?", [str(path)]).answer == "4.2"
+    assert result.answer.startswith("$4.2 billion, according to a.txt, line 1") and result.jobs[0].document == "a.txt"
+    assert LocalOnly(local).run("Revenue?", [str(path)]).citations[0].document == "a.txt"
 
 
 def test_unknown_options_and_protocols_are_named():

@@ -1,0 +1,138 @@
+"""Evidence-first local jobs: the local model picks a quote, it does not write one.
+
+A small model copies its prompt or rambles when asked for free JSON. Choosing is within its reach, so a job
+offers the chunk's own sentences as the only things it may reply, through a JSON schema whose alternatives are
+those sentences (llama.cpp turns it into a grammar; an OpenAI-compatible server enforces it the same way):
+
+    {"quote": "<one of the chunk's candidate sentences>" | "none", "answer": "<a figure of that sentence>" | null}
+
+So the quote is verbatim by construction, and the short answer is taken from the quote: it may only be one of
+the figures the chosen sentence contains (or null). Candidates are the sentences (or table rows) of the chunk
+that share most with the question, at most ``MAX_CANDIDATES``, in document order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from minions.chunking import Chunk
+
+from .retrieval import BM25, asks_for_quantity, figure_share
+
+__all__ = ["NONE", "Span", "answer_spans", "candidates", "quote_schema", "spans"]
+
+NONE = "none"
+"""What a job replies when no candidate answers."""
+MAX_CANDIDATES = 8
+MAX_SPAN_CHARS = 280
+MIN_SPAN_CHARS = 40
+MAX_ANSWERS = 6
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
+_NEW_ITEM = re.compile(r"[ \t]*(?:[|*•#>-]|\d+[.)][ \t])")
+WRAPPED_LINE = 50
+"""A line at least this long, followed by one line break, is prose wrapped at the page width: the sentence goes
+on. Shorter lines (headings, table cells) and lines followed by a list or table item end a piece."""
+_FIGURE = re.compile(r"[$€£]?\(?-?\d[\d,]*(?:\.\d+)?\)?(?:\s?(?:%|percent|million|billion|thousand))?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A stretch of a chunk's text: ``text`` is ``chunk.text[start:end]`` with its whitespace collapsed."""
+
+    start: int
+    end: int
+    text: str
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _line_breaks(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the line breaks that end a piece: blank lines, and single breaks after a short line or
+    before a list or table item."""
+    out = []
+    for m in re.finditer(r"\n(?:[ \t]*\n)*", text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        blank = m.group(0).count("\n") > 1
+        short = len(text[line_start : m.start()].strip()) < WRAPPED_LINE
+        if blank or short or _NEW_ITEM.match(text, m.end()):
+            out.append((m.start(), m.end()))
+    return out
+
+
+def _pieces(text: str) -> list[tuple[int, int]]:
+    """Sentences, lines and table cells of ``text`` as (start, end), stripped, none empty."""
+    breaks = sorted([*_line_breaks(text), *((m.start(), m.end()) for m in _SENTENCE_END.finditer(text))])
+    out, at = [], 0
+    for start, end in [*breaks, (len(text), len(text))]:
+        if start < at:
+            continue
+        piece = text[at:start]
+        if piece.strip():
+            lead = len(piece) - len(piece.lstrip())
+            out.append((at + lead, at + len(piece.rstrip())))
+        at = end
+    return out
+
+
+def _cut(start: int, end: int, text: str) -> list[tuple[int, int]]:
+    """(start, end) cut at whitespace into stretches of at most ``MAX_SPAN_CHARS``."""
+    out = []
+    while end - start > MAX_SPAN_CHARS:
+        cut = text.rfind(" ", start + MIN_SPAN_CHARS, start + MAX_SPAN_CHARS)
+        cut = cut if cut > start else start + MAX_SPAN_CHARS
+        out.append((start, cut))
+        start = cut + (text[cut : cut + 1] == " ")
+    return [*out, (start, end)]
+
+
+def spans(text: str) -> list[Span]:
+    """``text`` as quotable spans: sentences and lines, short ones joined to the next (table cells become rows),
+    long ones cut, each at most ``MAX_SPAN_CHARS`` characters once its whitespace is collapsed."""
+    merged: list[tuple[int, int]] = []
+    for start, end in _pieces(text):
+        if merged:
+            s0, e0 = merged[-1]
+            short = len(_collapse(text[s0:e0])) < MIN_SPAN_CHARS
+            if short and len(_collapse(text[s0:end])) <= MAX_SPAN_CHARS:
+                merged[-1] = (s0, end)
+                continue
+        merged.append((start, end))
+    return [Span(s, e, _collapse(text[s:e])) for start, end in merged for s, e in _cut(start, end, text)]
+
+
+def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:
+    """The ``k`` spans of ``chunk`` that BM25 ranks best for ``question`` (plus their share of figures when it
+    asks for a quantity), best first; ties in document order."""
+    all_spans = [s for s in spans(chunk.text) if len(s.text) >= 3]
+    if not all_spans:
+        return []
+    bm25 = BM25([s.text for s in all_spans])
+    quantity = asks_for_quantity(question)
+    score = [bm25.score(question, i) + (figure_share(s.text) if quantity else 0.0) for i, s in enumerate(all_spans)]
+    return [all_spans[i] for i in sorted(range(len(all_spans)), key=lambda i: (-score[i], i))[:k]]
+
+
+def answer_spans(quote: str) -> list[str]:
+    """The figures of ``quote`` that may stand as its short answer ("$31.8 million", "12%", "(1,577)")."""
+    found = dict.fromkeys(m.group(0).strip() for m in _FIGURE.finditer(quote) if any(ch.isdigit() for ch in m.group(0)))
+    return list(found)[:MAX_ANSWERS]
+
+
+def quote_schema(options: Sequence[Span]) -> dict[str, Any]:
+    """The JSON schema whose only replies are one of ``options`` (with a figure of it, or null) or "none"."""
+
+    def alternative(quote: str, answers: Sequence[str | None]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"quote": {"const": quote}, "answer": {"enum": list(answers)}},
+            "required": ["quote", "answer"],
+        }
+
+    alternatives = [alternative(s.text, [*answer_spans(s.text), None]) for s in options]
+    return {"anyOf": [*alternatives, alternative(NONE, [None])]}

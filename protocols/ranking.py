@@ -1,0 +1,76 @@
+"""Which chunks the local model reads, best first.
+
+    1. lexical: BM25 over the query (the question, and a plan's instruction and keywords), times a prior for
+       passages dense in figures when the question asks for a quantity (``FIGURE_WEIGHT``);
+    2. model (optional): the local model reads the best ``rerank`` chunks with the question and says whether the
+       chunk answers it; its log-odds of "yes" against "no" is fused with the lexical rank (reciprocal rank
+       fusion, so neither scale dominates).
+
+A small model reads only what ranks best: the rest is skipped, and the ranking says how many chunks there were.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from minions.chunking import Chunk
+
+from .retrieval import BM25, asks_for_quantity, figure_share
+
+__all__ = ["FIGURE_WEIGHT", "Ranked", "fuse", "fused_order", "lexical_rank"]
+
+log = logging.getLogger(__name__)
+
+FIGURE_WEIGHT = 4.0
+"""A chunk whose tokens are all figures (capped at half) scores up to 1 + FIGURE_WEIGHT / 2 times its BM25 score."""
+FIGURE_CAP = 0.5
+RRF_K = 10
+"""Reciprocal rank fusion's constant: small, so the top ranks of either list count most."""
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A chunk with its place in the ranking and the scores that put it there."""
+
+    chunk: Chunk
+    score: float
+    lexical: float
+    model: float | None = None
+    """The local model's log-odds that the chunk answers the question; None when it did not read it."""
+
+
+def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
+    """Every chunk, ranked by BM25 over ``query`` with the figure prior when ``question`` (default: the query)
+    asks for a quantity. Ties keep document order."""
+    if not chunks:
+        return []
+    bm25 = BM25([c.text for c in chunks])
+    quantity = asks_for_quantity(question if question is not None else query)
+    scores = []
+    for i, c in enumerate(chunks):
+        s = bm25.score(query, i)
+        if quantity:
+            s *= 1 + FIGURE_WEIGHT * min(figure_share(c.text), FIGURE_CAP)
+        scores.append(s)
+    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
+    return [Ranked(chunks[i], scores[i], scores[i]) for i in order]
+
+
+def fused_order(model_scores: Sequence[float], *, weight: float = 1.0) -> list[tuple[int, float]]:
+    """Items already in lexical rank order (0 best), re-ordered by reciprocal rank fusion of that rank and their
+    rank by ``model_scores`` (``weight`` on the model's term): (index, fused score), best first."""
+    by_model = sorted(range(len(model_scores)), key=lambda i: (-model_scores[i], i))
+    model_rank = {i: r for r, i in enumerate(by_model)}
+    fused = {i: 1 / (RRF_K + i + 1) + weight / (RRF_K + model_rank[i] + 1) for i in range(len(model_scores))}
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+def fuse(ranked: Sequence[Ranked], model_scores: Sequence[float], *, weight: float = 1.0) -> list[Ranked]:
+    """``ranked``'s first ``len(model_scores)`` chunks re-ordered by ``fused_order``; the rest keep their order
+    after them (with score 0: the model did not read them)."""
+    head, tail = ranked[: len(model_scores)], ranked[len(model_scores) :]
+    return [replace(head[i], score=f, model=model_scores[i]) for i, f in fused_order(model_scores, weight=weight)] + [
+        replace(r, score=0.0) for r in tail
+    ]
