@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from minions.errors import BackendError
 from minions.events import CancelToken
+from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
 
 from .engine_llama import LlamaContext, LlamaModel, TokenBatch
@@ -146,6 +147,8 @@ class Job:
     generated: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)
     logprobs: list[list[tuple[str, float]]] = field(default_factory=list)
+    looping: int = 0
+    """The period of the loop the reply was cut in (``sampling.repeating``); 0 when it was not."""
     pending: int | None = None
     sampler: SequenceSampler | None = None
     text: TextStream = field(default_factory=lambda: TextStream(()))
@@ -430,9 +433,10 @@ class Scheduler:
             if delta:
                 self.on_token(job.index, delta)
         full = len(job.prompt) + len(job.generated) >= self.lane.slots.capacity
+        job.looping = repeating(job.generated) if len(job.generated) >= REPEAT_MIN_ITEMS else 0
         if stopped:
             self._finish(job, "stop")
-        elif (not job.text.holding and len(job.generated) >= job.max_new) or full:
+        elif (not job.text.holding and len(job.generated) >= job.max_new) or full or job.looping:
             self._finish(job, "length")
         else:
             job.pending = token
@@ -455,6 +459,8 @@ class Scheduler:
         }
         if error is not None:
             stats["error_type"] = type(error).__name__
+        if job.looping:
+            stats["looping"] = job.looping
         if self.trace:
             stats.update(prompt_ids=list(job.prompt), token_ids=list(job.sampled))
         if job.params.logprobs > 0:

@@ -19,6 +19,7 @@ from minions.backends.base import Backend, OnResult, error_result
 from minions.chunking import Chunk
 from minions.errors import BackendError
 from minions.events import CancelToken, JobFailed, JobFinished, JobStarted, emit
+from minions.loops import repeating
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
 
 from .aggregate import verify_citation
@@ -31,14 +32,16 @@ from .ranking import fused_order
 from .result import JobRecord
 from .schemas import JobOutput
 
-__all__ = ["Job", "job_messages", "run_jobs"]
+__all__ = ["Job", "job_messages", "looping", "run_jobs"]
 
 log = logging.getLogger(__name__)
 
 Ask = Literal["quote", "sentence", "yes_no"]
 SCORE_TOP_TOKENS = 20
 """Most likely first tokens a yes/no score reads ("yes", " Yes", "no", ... are among them)."""
-SENTENCES_SCORED = 5
+REPEATED_WORDS = 15
+"""Words of one stretch repeated at the end of a reply that mark it as looping (``minions.loops``)."""
+SENTENCES_SCORED = 4
 """Candidate sentences of a chunk (the best by words) the local model scores, when it reports log-probabilities."""
 
 
@@ -100,6 +103,8 @@ def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
     (near-)verbatim in the chunk."""
     if not result.ok:
         return None, result.error or "the job failed"
+    if looping(result):
+        return None, "degenerate reply: it started repeating itself and was cut"
     try:
         reply: dict[str, object] = extract_json(result.text)
     except ValueError as exc:
@@ -118,6 +123,11 @@ def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
     answer = reply.get("answer")
     short = answer if isinstance(answer, str) and answer in answer_spans(chosen) else None
     return JobOutput(answer=short or chosen, citation=chosen), None
+
+
+def looping(result: ChatResult) -> bool:
+    """Whether a reply was cut in a loop (the local engine says so) or ends in one (any backend, by words)."""
+    return bool(result.stats.get("looping")) or repeating(result.text.split(), min_items=REPEATED_WORDS) > 0
 
 
 def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str | None, attempts: int) -> JobRecord:

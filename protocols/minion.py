@@ -13,6 +13,7 @@ from minions.types import ChatResult, Message, SamplingParams
 from .base import BaseProtocol, describe_documents, fit_to_tokens, verified_citations
 from .channel import priced
 from .context import RunContext
+from .jobs import looping
 from .parsing import extract_json
 from .prompts import render
 from .result import JobRecord, RoundRecord
@@ -110,6 +111,9 @@ def _record(job_id: int, round_: int, question: str, result: ChatResult) -> JobR
     except (ValueError, ValidationError):
         answer, explanation, citation = result.text.strip()[:1000] or None, "", None
         error = None if answer else "empty reply"
+    if looping(result):  # a reply that loops is junk, whatever it began with
+        answer, explanation, citation = None, "", None
+        error = "degenerate reply: it started repeating itself and was cut"
     return JobRecord(
         job_id=job_id,
         round=round_,

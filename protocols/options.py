@@ -62,7 +62,7 @@ class RunOptions:
     read_chunks: int = 10
     """Local reading (``local``, and Minions past its job bound): chunks the local model reads per question,
     best ranked first."""
-    rerank: int = 20
+    rerank: int = 12
     """Chunks (of the best by BM25) the local model scores yes/no before the reading; 0 ranks by words alone."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs

@@ -29,6 +29,9 @@ NONE = "none"
 MAX_CANDIDATES = 8
 MAX_SPAN_CHARS = 280
 MIN_SPAN_CHARS = 40
+"""Where a long span is cut, no piece is shorter than this."""
+FIGURE_LINE = 0.6
+"""A line at least this share of whose tokens are figures is the values of the line before it."""
 MAX_ANSWERS = 6
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
@@ -36,7 +39,10 @@ _NEW_ITEM = re.compile(r"[ \t]*(?:[|*•#>-]|\d+[.)][ \t])")
 WRAPPED_LINE = 50
 """A line at least this long, followed by one line break, is prose wrapped at the page width: the sentence goes
 on. Shorter lines (headings, table cells) and lines followed by a list or table item end a piece."""
-_FIGURE = re.compile(r"[$€£]?\(?-?\d[\d,]*(?:\.\d+)?\)?(?:\s?(?:%|percent|million|billion|thousand))?", re.IGNORECASE)
+_LIST_NUMBER = re.compile(r"\(?\d{1,2}[.)](?:\s|$)")
+_FIGURE = re.compile(
+    r"[$€£]?\(?-?\d(?:[\d,]*\d)?(?:\.\d+)?\)?(?:\s?(?:%|percent|million|billion|thousand))?", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True)
@@ -92,14 +98,14 @@ def _cut(start: int, end: int, text: str) -> list[tuple[int, int]]:
 
 
 def spans(text: str) -> list[Span]:
-    """``text`` as quotable spans: sentences and lines, short ones joined to the next (table cells become rows),
-    long ones cut, each at most ``MAX_SPAN_CHARS`` characters once its whitespace is collapsed."""
+    """``text`` as quotable spans: sentences and lines; a line of figures joins the line before it (a table row:
+    its label, then its values); long spans are cut; each at most ``MAX_SPAN_CHARS`` characters once its
+    whitespace is collapsed."""
     merged: list[tuple[int, int]] = []
     for start, end in _pieces(text):
-        if merged:
-            s0, e0 = merged[-1]
-            short = len(_collapse(text[s0:e0])) < MIN_SPAN_CHARS
-            if short and len(_collapse(text[s0:end])) <= MAX_SPAN_CHARS:
+        if merged and figure_share(text[start:end]) >= FIGURE_LINE:
+            s0, _ = merged[-1]
+            if len(_collapse(text[s0:end])) <= MAX_SPAN_CHARS:
                 merged[-1] = (s0, end)
                 continue
         merged.append((start, end))
@@ -119,9 +125,14 @@ def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Spa
 
 
 def answer_spans(quote: str) -> list[str]:
-    """The figures of ``quote`` that may stand as its short answer ("$31.8 million", "12%", "(1,577)")."""
-    found = dict.fromkeys(m.group(0).strip() for m in _FIGURE.finditer(quote) if any(ch.isdigit() for ch in m.group(0)))
-    return list(found)[:MAX_ANSWERS]
+    """The figures of ``quote`` that may stand as its short answer ("$31.8 million", "12%", "(1,577)"); not the
+    number of a list item ("2. Secure financing ...")."""
+    found = [
+        m.group(0).strip()
+        for m in _FIGURE.finditer(quote)
+        if any(ch.isdigit() for ch in m.group(0)) and not (m.start() == 0 and _LIST_NUMBER.match(quote))
+    ]
+    return list(dict.fromkeys(found))[:MAX_ANSWERS]
 
 
 def quote_schema(options: Sequence[Span]) -> dict[str, Any]:

@@ -55,7 +55,7 @@ _STOP = frozenset(
 )
 
 
-_SUFFIX = re.compile(r"(?:ies|es|s|ing|ed|ly)$")
+_SUFFIX = re.compile(r"(?:ing|ed|ly|es|(?<!s)s)$")
 _FIGURE = re.compile(r"[(\[$€£]?[-+]?\d[\d,.]*[)\]%]?")
 _QUANTITY = re.compile(
     r"\b(?:how (?:much|many)|amount|total|ratio|margin|percent(?:age)?|usd|dollars?|millions?|billions?|"
@@ -66,7 +66,13 @@ _QUANTITY = re.compile(
 
 
 def _stem(word: str) -> str:
-    return _SUFFIX.sub("", word) if len(word) > 4 and not word[0].isdigit() else word
+    """A light, consistent stemmer: inflections off, then a final "e", so that "expenditure" and "expenditures",
+    "purchase" and "purchased", "business" and "businesses" meet."""
+    if len(word) <= 3 or word[0].isdigit():
+        return word
+    stem = word[:-3] + "y" if word.endswith("ies") else _SUFFIX.sub("", word)
+    stem = stem[:-1] if stem.endswith("e") else stem
+    return stem if len(stem) >= 3 else word
 
 
 def tokenize(text: str) -> list[str]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,3 +231,28 @@ def test_the_backend_batches_through_the_engine() -> None:
     assert results[0].stats["batch"]["jobs"] == 2
     assert backend.chat(requests[0].messages, requests[0].params).text == results[0].text
     backend.close()
+
+
+def test_logprobs_report_the_distribution_the_reply_was_sampled_from(engine: Engine):
+    request = ChatRequest([Message("user", "Is Paris in France? Reply yes or no.")],
+                          SamplingParams(max_tokens=3, logprobs=5))  # fmt: skip
+    result = engine.run([request])[0]
+    steps = result.stats["logprobs"]
+    assert len(steps) == result.usage.completion_tokens or len(steps) == result.usage.completion_tokens + 1
+    for step in steps:
+        values = [lp for _, lp in step]
+        assert len(step) == 5 and values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+        assert sum(math.exp(v) for v in values) <= 1 + 1e-6
+    # greedy: each token of the reply is the most likely one reported at its step
+    assert result.text.startswith(steps[0][0][0].strip()) or result.text.startswith(steps[0][0][0])
+    plain = engine.run([ChatRequest(request.messages, SamplingParams(max_tokens=3))])[0]
+    assert plain.text == result.text and "logprobs" not in plain.stats
+
+
+def test_a_reply_that_loops_is_cut_and_marked(engine: Engine):
+    request = ChatRequest([Message("user", "Write the number 7 one hundred times: 7 7 7 7 7 7 7 7 7 7")],
+                          SamplingParams(max_tokens=200))  # fmt: skip
+    result = engine.run([request])[0]
+    assert result.stats.get("looping", 0) >= 1, result.text  # SmolLM2 writes "7 7 7 ..." without end
+    assert result.usage.completion_tokens < 40 and result.finish_reason == "length"
+    assert result.text.split()[:5] == ["7"] * 5

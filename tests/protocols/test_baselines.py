@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 from minions.backends.base import Capabilities
-from minions.backends.scripted import ScriptedBackend
+from minions.backends.scripted import ScriptedBackend, ScriptedCall
 from minions.protocols import RAG, LocalOnly, RemoteOnly
+from minions.types import ChatResult, Timings, Usage
 
 from .helpers import FACT, SECRET
 
@@ -79,3 +80,37 @@ def test_local_only_refuses_a_quote_that_is_not_in_the_chunk(doc):
     result = LocalOnly(local, read_chunks=2).run("What was revenue?", [doc])
     assert result.citations == () and all(not j.ok and "not in the excerpt" in (j.error or "") for j in result.jobs)
     assert all(j.attempts == 2 for j in result.jobs)
+
+
+class Scorer(ScriptedBackend):
+    """A local model that reports log-probabilities: it says yes to the sentences (and the chunks) that hold
+    ``needle`` and no to the rest, as the first-token distribution of a one-token reply."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__("scripted/scorer", capabilities=Capabilities(logprobs=True, batching=True, local=True))
+        self.needle = needle
+
+    def _chat(self, messages, params):
+        prompt = messages[-1].content
+        asked = prompt.split("Sentence:", 1)[1] if "Sentence:" in prompt else prompt
+        yes = self.needle in asked
+        self.history.append(ScriptedCall(messages, params))
+        assert params.max_tokens == 1 and params.logprobs > 0
+        top = [[" yes", -0.1], [" no", -2.5]] if yes else [[" no", -0.1], [" Yes", -2.5]]
+        return ChatResult(top[0][0], Usage(prompt_tokens=10, completion_tokens=1, calls=1), "stop", Timings(),
+                          self.name, stats={"logprobs": [top]})  # fmt: skip
+
+
+def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(doc):
+    scorer = Scorer("Revenue in fiscal 2023")
+    result = LocalOnly(scorer, chunk_size=600, read_chunks=3, rerank=6).run("What was revenue in fiscal 2023?", [doc])
+
+    assert result.complete and result.citations[0].text == FACT and FACT in result.answer
+    assert result.reading["read"] == 6 and result.reading["passed_on"] == 3 and len(result.evidence) == 3
+    assert result.evidence[0].text == FACT and result.evidence[0].kind == "quote"
+    # every read chunk was scored: its own yes/no, then its best candidate sentences, over one shared prefix
+    prompts = [c.messages[-1].content for c in scorer.history]
+    assert sum("Sentence:" not in p for p in prompts) == 6
+    fact_job = next(j for j in result.jobs if j.citation == FACT)
+    assert fact_job.score is not None and fact_job.score > 0
+    assert all(j.score is not None and j.score < 0 for j in result.jobs if j is not fact_job)

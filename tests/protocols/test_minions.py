@@ -375,3 +375,16 @@ def test_with_fallback_plan_a_planner_that_never_validates_still_gets_jobs_run(l
         and all(j.instruction == "What was revenue in fiscal 2023?" for j in result.jobs)
     )
     assert any(isinstance(e, Notice) and "No usable plan" in e.message for e in events)
+
+
+def test_a_job_that_loops_is_failed_not_passed_on(remote, doc):
+    def looping(messages: list[Message], params: SamplingParams) -> str:
+        if "Revenue in fiscal 2023" in messages[-1].content:
+            return '{"quote": "' + "the year 2024 was " * 12
+        return job_reply(messages, params)
+
+    local = ScriptedBackend("scripted/local", responder=looping, capabilities=Capabilities(local=True))
+    result, _ = run(local, remote, doc, plan(), final("Not found."))
+    bad = [j for j in result.jobs if not j.ok]
+    assert len(bad) == 1 and "repeating itself" in (bad[0].error or "") and bad[0].attempts == 2
+    assert "the year 2024" not in remote.history[-1].messages[0].content

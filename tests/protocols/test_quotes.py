@@ -1,0 +1,69 @@
+"""Quotable spans of a chunk, the candidates a job may quote, and the schema that allows only them."""
+
+from __future__ import annotations
+
+import json
+
+from minions.chunking import Chunk
+from minions.protocols.quotes import NONE, answer_spans, candidates, quote_schema, spans
+
+PROSE = (
+    "## Financial Highlights\n\n"
+    "Total revenue for 2025 was $31.8 million, compared with $24.6 million in 2024, an increase of 29 percent.\n"
+    "Electricity sales to members accounted for $27.2 million of revenue; the remaining $4.6 million came from\n"
+    "installation services and certificates. Operating expenses were $25.1 million (2024: $20.3 million).\n"
+)
+TABLE = "Cash flows\nPurchases of property, plant and equipment (PP&E)\n(1,577)\n(1,373)\n(1,420)\nOther, net\n12\n"
+
+
+def chunk(text: str) -> Chunk:
+    return Chunk("report.md", 0, text, 100, 100 + len(text))
+
+
+def test_spans_are_sentences_of_wrapped_prose_with_their_offsets():
+    found = spans(PROSE)
+    texts = [s.text for s in found]
+    assert texts[0] == "## Financial Highlights"
+    assert texts[1] == (
+        "Total revenue for 2025 was $31.8 million, compared with $24.6 million in 2024, an increase of 29 percent."
+    )
+    # a sentence wrapped over two lines is one span, its whitespace collapsed
+    assert texts[2].startswith("Electricity sales") and texts[2].endswith("certificates.")
+    assert texts[3] == "Operating expenses were $25.1 million (2024: $20.3 million)."
+    for s in found:
+        assert " ".join(PROSE[s.start : s.end].split()) == s.text
+
+
+def test_table_cells_join_into_rows_and_long_text_is_cut():
+    texts = [s.text for s in spans(TABLE)]
+    row = "Purchases of property, plant and equipment (PP&E) (1,577) (1,373) (1,420)"
+    assert texts == ["Cash flows", row, "Other, net 12"]
+    long = "word " * 200
+    cut = spans(long)
+    assert len(cut) > 1 and all(len(s.text) <= 280 for s in cut)
+    assert " ".join(s.text for s in cut) == long.strip()
+
+
+def test_candidates_are_the_best_matching_sentences_first():
+    best = candidates(chunk(PROSE), "What was total revenue in 2025?", k=2)
+    assert len(best) == 2 and best[0].text.startswith("Total revenue")
+    # a question about a quantity prefers the row of figures over a line of words
+    rows = candidates(chunk(TABLE), "How much were purchases of property and equipment?", k=1)
+    assert "(1,577)" in rows[0].text
+
+
+def test_the_schema_allows_only_the_offered_sentences_or_none():
+    offered = candidates(chunk(PROSE), "revenue", k=3)
+    schema = quote_schema(offered)
+    quotes = [a["properties"]["quote"]["const"] for a in schema["anyOf"]]
+    assert quotes == [*(s.text for s in offered), NONE]
+    revenue = next(a for a in schema["anyOf"] if a["properties"]["quote"]["const"].startswith("Total revenue"))
+    assert revenue["properties"]["answer"]["enum"][1:3] == ["$31.8 million", "$24.6 million"]
+    assert revenue["properties"]["answer"]["enum"][-1] is None
+    json.dumps(schema)  # plain JSON, as a server takes it
+
+
+def test_answer_spans_are_figures_of_the_quote_not_list_numbers():
+    assert answer_spans("2. Secure financing for the battery.") == []
+    assert answer_spans("Capex was (1,577) in 2018, 12% of sales.") == ["(1,577)", "2018", "12%"]
+    assert answer_spans("Revenue was $4.2 billion.") == ["$4.2 billion"]

@@ -1,0 +1,41 @@
+"""Ranking chunks: BM25 with the figure prior, and the fusion with the local model's scores."""
+
+from __future__ import annotations
+
+from minions.chunking import Chunk
+from minions.protocols.ranking import fuse, fused_order, lexical_rank
+from minions.protocols.retrieval import asks_for_quantity, figure_share, tokenize
+
+WORDS = Chunk("r", 0, "Capital expenditure plans are discussed by the board every year in capital meetings.", 0, 80)
+TABLE = Chunk("r", 1, "Capital expenditure 1,577 1,373 1,420 (305) 12% $4.2", 80, 140)
+OTHER = Chunk("r", 2, "The company sells widgets.", 140, 170)
+
+
+def test_tokens_are_stemmed_lightly():
+    assert tokenize("Expenditures were purchased") == tokenize("expenditure purchases") == ["expenditur", "purchas"]
+    assert tokenize("businesses companies sales") == tokenize("business company sale")
+    assert tokenize("The 2018 figures") == ["2018", "figur"]
+
+
+def test_figures_and_quantity_questions():
+    assert figure_share("1,577 (305) 12% $4.2 words") == 0.8
+    assert asks_for_quantity("What is the FY2018 capital expenditure amount (in USD millions)?")
+    assert not asks_for_quantity("Who chairs the audit committee?")
+
+
+def test_the_figure_prior_lifts_tables_for_quantity_questions_only():
+    quantity = lexical_rank([WORDS, TABLE, OTHER], "How much was capital expenditure?")
+    assert [r.chunk.index for r in quantity][:2] == [1, 0]
+    words = lexical_rank([WORDS, TABLE, OTHER], "Who discusses capital expenditure plans?")
+    assert words[0].chunk.index == 0
+    assert quantity[-1].chunk.index == 2 and quantity[-1].score == 0
+
+
+def test_fusion_moves_what_the_model_prefers_up_without_dropping_anything():
+    other = Chunk("r", 3, "Capital plans.", 170, 184)
+    ranked = lexical_rank([WORDS, TABLE, OTHER, other], "capital expenditure")
+    fused = fuse(ranked, [-2.0, 3.0, -1.0])  # the model prefers the second of the three it read
+    assert [r.chunk for r in fused] == [ranked[1].chunk, ranked[0].chunk, ranked[2].chunk, ranked[3].chunk]
+    assert fused[0].model == 3.0 and fused[3].model is None and fused[3].score == 0.0
+    # ties in the fused score keep the lexical order
+    assert [i for i, _ in fused_order([1.0, 1.0, 1.0])] == [0, 1, 2]
