@@ -2,7 +2,7 @@
 
     minions ask FILE... "question"      answer a question about local documents
     minions models                      what is configured and available
-    minions bench cost|engine|speculative|pdf
+    minions bench cost|engine|speculative|pdf|evidence
     minions app [--port P]              the chat app over your documents, in the browser
     minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
 
@@ -191,6 +191,40 @@ def _add_bench_pdf_parser(kinds: Any, data_default: str | None) -> None:
     pdf.set_defaults(func=cmd_bench_pdf)
 
 
+def cmd_bench_evidence(args: argparse.Namespace) -> int:
+    from minions.backends.registry import default_local
+    from minions.evals.bench import EvidenceBenchConfig, evidence_bench
+
+    config = EvidenceBenchConfig(
+        limit=args.limit,
+        read_chunks=args.read_chunks,
+        rerank=args.rerank,
+        local=args.local or default_local(),
+        ids=tuple(args.id or ()),
+        lexical_only=args.lexical_only,
+    )
+    for line in evidence_bench(args.data, config):
+        if args.items or line.get("summary"):
+            print(json.dumps(line), flush=True)
+    return 0
+
+
+def _add_bench_evidence_parser(kinds: Any, data_default: str | None) -> None:
+    from minions.evals.bench import EvidenceBenchConfig
+
+    d = EvidenceBenchConfig()
+    ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
+    ev.add_argument("--data", default=data_default, required=data_default is None, help="a FinanceBench checkout")
+    ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
+    ev.add_argument("--id", action="append", help="only this question (repeatable)")
+    ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
+    ev.add_argument("--rerank", type=int, default=d.rerank, help="chunks the local model scores; 0: words only")
+    ev.add_argument("--local", help="the local model (default: MINIONS_LOCAL or llamacpp/default)")
+    ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
+    ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
+    ev.set_defaults(func=cmd_bench_evidence)
+
+
 def _add_bench_parser(sub: Any) -> None:
     from minions.paths import shared_data_dir
 
@@ -208,6 +242,7 @@ def _add_bench_parser(sub: Any) -> None:
     _add_bench_engine_parser(kinds, shared_data_dir("financebench"))
     _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
     _add_bench_pdf_parser(kinds, shared_data_dir("financebench"))
+    _add_bench_evidence_parser(kinds, shared_data_dir("financebench"))
 
 
 # -- plumbing --------------------------------------------------------------------------------------------

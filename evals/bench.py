@@ -1,0 +1,156 @@
+"""``minions bench evidence``: does the local side find the evidence? Page recall on FinanceBench's own gold.
+
+For every question whose filing is in the checkout, with the question as the only instruction and no remote
+model, one JSON line per item and a summary line with the recall curves (@1, @5, @10, @20) of:
+
+- ``pages_bm25``: BM25 over the filing's pages (the baseline: plain BM25, one passage per page);
+- ``rag``: the chunks the RAG baseline would send, in its order (``protocols.ranking.lexical_rank``);
+- ``ranking``: the local side's ranking of the chunks (words, then the local model's yes/no score);
+- ``shown``: what the local side passes on, best first (each read chunk's quote, else the chunk): what a remote
+  model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
+  recall stops growing there.
+
+Timings split ranking (the model's scoring), reading (the evidence jobs) and the document's load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from minions.backends.base import Backend
+from minions.backends.registry import resolve
+from minions.chunking import Chunk, chunk_documents
+from minions.documents import Document
+from minions.protocols import LocalOnly, RunOptions
+from minions.protocols.ranking import lexical_rank
+from minions.protocols.reading import chunk_evidence
+from minions.protocols.result import Evidence, JobRecord
+from minions.protocols.retrieval import BM25
+
+from .evidence import RECALL_AT, evidence_scores
+from .financebench import load_financebench
+from .items import EvalItem
+
+__all__ = ["EvidenceBenchConfig", "evidence_bench"]
+
+log = logging.getLogger(__name__)
+
+DEPTH = max(RECALL_AT)
+
+
+@dataclass(frozen=True)
+class EvidenceBenchConfig:
+    limit: int | None = None
+    read_chunks: int = RunOptions.read_chunks
+    rerank: int = RunOptions.rerank
+    local: str = "llamacpp/default"
+    ids: tuple[str, ...] = ()
+    lexical_only: bool = False
+    """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
+
+
+def _page_passages(doc: Document, question: str) -> list[Evidence]:
+    pages = doc.pages
+    best = BM25([doc.text[p.start : p.end] for p in pages]).top(question, DEPTH)
+    return [Evidence(doc.name, "", pages[i].start, pages[i].end, (pages[i].number,), "page") for i in best]
+
+
+def _chunk_passages(chunks: Sequence[Chunk], question: str) -> list[Evidence]:
+    return [chunk_evidence(r.chunk, score=r.score) for r in lexical_rank(chunks, question)[:DEPTH]]
+
+
+def _recall(item: EvalItem, passages: Sequence[Evidence]) -> dict[str, float | None]:
+    scores = evidence_scores(item, passages)
+    return {f"@{k}": v for k, v in scores.recall_at.items()}
+
+
+def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfig) -> dict[str, Any]:
+    started = time.perf_counter()
+    docs = item.documents()
+    loaded = time.perf_counter()
+    options = RunOptions(read_chunks=config.read_chunks, rerank=config.rerank)
+    chunks = chunk_documents(docs, by=options.chunk_by, size=options.chunk_size, overlap=options.overlap)
+    line: dict[str, Any] = {
+        "item_id": item.id,
+        "document": docs[0].name,
+        "pages": len(docs[0].pages),
+        "chunks": len(chunks),
+        "gold_pages": sorted({p for s in item.evidence for g in s for p in g.pages}),
+        "pages_bm25": _recall(item, _page_passages(docs[0], item.question)),
+        "rag": _recall(item, _chunk_passages(chunks, item.question)),
+        "load_s": round(loaded - started, 2),
+    }
+    if local is None:
+        return line
+    result = LocalOnly(local, read_chunks=config.read_chunks, rerank=config.rerank).run(item.question, docs)
+    ranked = [chunk_evidence(c) for c in _ranked_chunks(result.reading, chunks)]
+    line.update(
+        ranking=_recall(item, ranked) if ranked else None,
+        shown=_recall(item, result.evidence),
+        cited_pages=[list(c.pages) for c in result.citations[:3]],
+        scored=[_scores(j) for j in result.jobs],
+        answer=result.answer[:300],
+        rank_s=round(result.timings.get("rank_s", 0.0), 2),
+        read_s=round(result.timings.get("local_s", 0.0) - result.timings.get("rank_s", 0.0), 2),
+        wall_s=round(result.timings.get("total_s", 0.0), 2),
+        error=result.error,
+    )
+    return line
+
+
+def _scores(job: JobRecord) -> dict[str, Any]:
+    """A read chunk's place and the local model's scores (lexical order: the order the jobs ran in)."""
+    try:
+        chunk_odds = json.loads(job.raw).get("chunk_odds")
+    except (ValueError, AttributeError):
+        chunk_odds = None
+    return {"pages": list(job.pages), "chunk": job.chunk, "sentence": job.score, "chunk_odds": chunk_odds}
+
+
+def _ranked_chunks(reading: Mapping[str, Any], chunks: Sequence[Chunk]) -> list[Chunk]:
+    by_place = {(c.document, c.index): c for c in chunks}
+    return [by_place[(d, i)] for d, i in reading.get("ranked", ()) if (d, i) in by_place]
+
+
+def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None:
+    rows = [line[key] for line in lines if isinstance(line.get(key), dict)]
+    if not rows:
+        return None
+    return {k: round(mean(r[k] for r in rows if r[k] is not None), 3) for k in rows[0]}
+
+
+def evidence_bench(data: str | Path, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
+    """One line per question (see the module's docstring), then the summary line."""
+    dataset = load_financebench(data)
+    items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
+    items = items[: config.limit] if config.limit else items
+    local = None if config.lexical_only else resolve(config.local)
+    lines = []
+    started = time.perf_counter()
+    for item in items:
+        line = _item_line(item, local, config)
+        lines.append(line)
+        yield line
+    summary: dict[str, Any] = {
+        "summary": True,
+        "items": len(lines),
+        "skipped": len(dataset.skipped),
+        "read_chunks": config.read_chunks,
+        "rerank": 0 if config.lexical_only else config.rerank,
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    for key in ("pages_bm25", "rag", "ranking", "shown"):
+        summary[key] = _curve(lines, key)
+    walls = [line["wall_s"] for line in lines if "wall_s" in line]
+    if walls:
+        summary["wall_s_median"] = sorted(walls)[len(walls) // 2]
+    yield summary

@@ -1,0 +1,44 @@
+"""``minions bench evidence`` on the shared FinanceBench checkout: recall curves from the benchmark's own gold."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from minions.evals.bench import EvidenceBenchConfig, evidence_bench
+
+from .conftest import DATA, needs
+
+FB = DATA / "financebench"
+CAPEX = "financebench_id_03029"  # 3M 2018 capital expenditure: the cash flow statement, page 60
+
+
+@needs("financebench/data/financebench_open_source.jsonl", "financebench/pdfs/3M_2018_10K.pdf")
+def test_lexical_curves_per_item_and_in_the_summary():
+    lines = list(evidence_bench(FB, EvidenceBenchConfig(ids=(CAPEX,), lexical_only=True)))
+    item, summary = lines
+    assert item["item_id"] == CAPEX and item["gold_pages"] == [60] and item["pages"] == 160
+    for curve in ("pages_bm25", "rag"):
+        values = [item[curve][f"@{k}"] for k in (1, 5, 10, 20)]
+        assert values == sorted(values) and all(v in (0.0, 1.0) for v in values)  # one gold page: found or not
+    assert item["rag"]["@20"] == 1.0  # the cash flow statement is among the 20 chunks that rank best
+    assert "shown" not in item and summary["summary"] and summary["items"] == 1
+    assert summary["rag"] == item["rag"] and summary["shown"] is None and summary["rerank"] == 0
+
+
+@pytest.mark.slow
+@needs("financebench/data/financebench_open_source.jsonl", "financebench/pdfs/3M_2018_10K.pdf")
+def test_the_local_side_passes_on_what_it_read_with_its_pages():
+    out = subprocess.run(
+        [sys.executable, "-m", "minions.cli", "bench", "evidence", "--data", str(FB), "--id", CAPEX, "--items",
+         "--rerank", "4", "--read-chunks", "3"],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    item, summary = (json.loads(line) for line in out.stdout.splitlines())
+    assert len(item["scored"]) == 4 and all(s["sentence"] is not None for s in item["scored"])
+    assert set(item["shown"]) == {"@1", "@5", "@10", "@20"} and item["shown"]["@5"] == item["shown"]["@20"]
+    assert len(item["cited_pages"]) <= 3 and item["rank_s"] >= 0 and item["wall_s"] > 0
+    assert summary["shown"] == item["shown"] and summary["rerank"] == 4
