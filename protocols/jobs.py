@@ -32,7 +32,7 @@ from .ranking import fused_order
 from .result import JobRecord
 from .schemas import JobOutput
 
-__all__ = ["Job", "job_messages", "looping", "run_jobs"]
+__all__ = ["Job", "job_messages", "looping", "run_jobs", "scores_sentences"]
 
 log = logging.getLogger(__name__)
 
@@ -238,10 +238,16 @@ def _announce(ctx: RunContext, job: Job, outcome: Outcome, attempt: int) -> None
         emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", retry))
 
 
+def scores_sentences(ctx: RunContext) -> bool:
+    """Whether jobs score their sentences (the backend reports log-probabilities and ``rerank`` is not 0), or pick
+    one through a schema."""
+    return ctx.local.capabilities.logprobs and ctx.options.rerank > 0
+
+
 def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
     for j in jobs:
         emit(ctx.events, JobStarted(j.job_id, j.round, j.label))
-    attempt = _score_attempt if ctx.local.capabilities.logprobs else _run_attempt
+    attempt = _score_attempt if scores_sentences(ctx) else _run_attempt
     first = attempt(ctx, jobs, 0)
     failed = [] if ctx.cancelled else [i for i, (_, out, _) in enumerate(first) if out is None]
     retried = dict(zip(failed, attempt(ctx, [jobs[i] for i in failed], 1), strict=True))

@@ -21,7 +21,7 @@ from minions.chunking import Chunk
 
 from .aggregate import Finding
 from .context import RunContext
-from .jobs import Job, run_jobs
+from .jobs import Job, run_jobs, scores_sentences
 from .ranking import Ranked, fused_order, lexical_rank
 from .result import Evidence, JobRecord
 
@@ -52,7 +52,7 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
     o = ctx.options
     with ctx.timed("rank"):
         ranked = lexical_rank(chunks, query or question, question=question)
-    scoring = ctx.local.capabilities.logprobs and o.rerank > 0
+    scoring = scores_sentences(ctx)
     n = min(max(o.rerank, o.read_chunks) if scoring else o.read_chunks, len(ranked))
     jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk) for i, r in enumerate(ranked[:n])]
     records = run_jobs(ctx, jobs)
