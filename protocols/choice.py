@@ -3,8 +3,8 @@ the CLI, the app and the server.
 
 Every protocol but ``local`` has the remote model plan, decide or answer. A small local model cast in that part
 fails (its plans do not validate) or writes junk after minutes of work, so those protocols refuse to start
-without a remote model, and with none configured the default is ``local``: the local model map-reduces the
-chunks on this device.
+without a remote model, and with none configured the default is ``local``: the local model reads the chunks
+that rank best on this device and answers with the sentence that holds the fact.
 """
 
 from __future__ import annotations

@@ -39,6 +39,11 @@ log = logging.getLogger(__name__)
 Ask = Literal["quote", "sentence", "yes_no"]
 SCORE_TOP_TOKENS = 20
 """Most likely first tokens a yes/no score reads ("yes", " Yes", "no", ... are among them)."""
+SENTENCE_MODEL_WEIGHT = 0.5
+"""The model's weight against the words' in choosing a chunk's sentence: words lead (the question's terms are in
+the sentence that answers it), the model re-orders close calls (on the Minions paper's example its yes/no alone
+picked "QASPER assesses question answering..." over "We evaluate MinionS on three benchmarks: FinanceBench,
+LongHealth, and QASPER")."""
 REPEATED_WORDS = 15
 """Words of one stretch repeated at the end of a reply that mark it as looping (``minions.loops``)."""
 SENTENCES_SCORED = 4
@@ -189,7 +194,7 @@ def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
         error = failed.error if failed is not None else "the backend reported no log-probabilities"
         return error_result(results[0].model if results else "", BackendError(error or "scoring failed")), None, error
     chunk_odds, sentence_odds = odds[0], [o for o in odds[1:] if o is not None]
-    best = fused_order(sentence_odds)[0][0] if sentence_odds else None
+    best = fused_order(sentence_odds, weight=SENTENCE_MODEL_WEIGHT)[0][0] if sentence_odds else None
     quote = job.options[best].text if best is not None else None
     reply = {"quote": quote or NONE, "chunk_odds": chunk_odds, "sentence_odds": sentence_odds}
     seconds = sum(r.timings.total_s for r in results)
