@@ -24,7 +24,16 @@ from minions.backends.registry import default_local, default_remote, providers, 
 from minions.documents import Document
 from minions.errors import MinionsError, UnknownProviderError
 from minions.events import CancelToken, Event, JobToken, Notice, emit
-from minions.protocols import PROTOCOLS, Budget, RunOptions, RunResult, default_protocol, get_protocol, needs_remote
+from minions.protocols import (
+    PROTOCOLS,
+    Budget,
+    RunOptions,
+    RunResult,
+    default_protocol,
+    get_protocol,
+    needs_remote,
+    remote_leaves_device,
+)
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
 
@@ -198,7 +207,7 @@ class Runner:
             return Outcome("error", "", s, error=message, exception=exc)
         finally:
             self._one_at_a_time.release()
-        leaves = remote is not None and not remote.capabilities.local
+        leaves = remote is not None and remote_leaves_device(remote)
         status: OutcomeStatus = "ok" if result.complete else "cancelled" if cancel.cancelled else "partial"
         if not result.answer.strip() and status == "partial":
             status = "error"

@@ -48,7 +48,8 @@ class Capabilities:
     """``batch`` runs jobs together natively (not one after another)."""
     streaming: bool = False
     local: bool = False
-    """Runs on this device: text sent to it does not leave the machine."""
+    """Runs on this device: text sent to it does not leave the machine. Backends with an address set it from
+    the address (``backends.address.on_this_device``), never from their name."""
     context_window: int = 8192
 
 
@@ -57,6 +58,11 @@ class Backend(Protocol):
     name: str
     """``provider/model``, as the registry spells it."""
     capabilities: Capabilities
+
+    @property
+    def address(self) -> str | None:
+        """Where the model is served (its base URL), or None for a model in this process."""
+        ...
 
     def chat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult: ...
 
@@ -101,6 +107,7 @@ class BaseBackend:
 
     name: str = "base"
     capabilities: Capabilities = Capabilities()
+    address: str | None = None
     max_concurrency: int = 1
 
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:

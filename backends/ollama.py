@@ -1,6 +1,8 @@
-"""A model served by a local Ollama server, through the ``ollama`` package.
+"""A model served by an Ollama server, through the ``ollama`` package.
 
-The server runs on this machine (``local=True``): text sent to it stays here. Ollama reports its own token
+The server runs on this machine by default (``http://127.0.0.1:11434``); ``OLLAMA_HOST`` may name another one.
+Whether it is on this device (``capabilities.local``) follows from the host (``backends.address``): text sent
+to another host leaves the machine, and the protocols record it. Ollama reports its own token
 counts and timings (in nanoseconds), which become the result's usage and timings. The context window is
 sent with every request (``num_ctx``), since Ollama otherwise truncates prompts at its own small default.
 
@@ -33,6 +35,7 @@ from minions.errors import (
 from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
+from .address import on_this_device
 from .base import BaseBackend, Capabilities, MessagesLike
 from .wire import first_error, glimpse
 
@@ -65,13 +68,14 @@ class OllamaBackend(BaseBackend):
         self.model = model
         self.name = f"ollama/{model}"
         self.host = host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+        self.address = self.host
         self.timeout = timeout
         self.capabilities = Capabilities(
             json_schema=True,
             logprobs=False,
             batching=False,
             streaming=True,
-            local=True,
+            local=on_this_device(self.address),
             context_window=context_window,
         )
         extra: dict[str, Any] = {"transport": transport} if transport is not None else {}

@@ -58,6 +58,7 @@ from minions.errors import (
 from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
+from .address import on_this_device
 from .base import BaseBackend, Capabilities, MessagesLike
 from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, sse_data
 
@@ -105,6 +106,9 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
         ]
     }
 )
+
+OPENAI_URL = "https://api.openai.com/v1"
+"""The SDK's default base URL."""
 
 PLACEHOLDER_KEY = "not-needed"
 """Sent to a custom server that needs no key: the SDK insists on one, local servers accept anything."""
@@ -285,6 +289,9 @@ class OpenAIBackend(BaseBackend):
         self.provider = provider
         self.name = f"{provider.name}/{model}"
         self.base_url = base_url or provider.base_url
+        # Where requests go, as the SDK would pick it (OPENAI_BASE_URL, then OpenAI's), read once: the clients
+        # are built with it, so whether it is on this device is decided on the address really used.
+        self.address: str = self.base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         if timeout is not None and not 0 < timeout < math.inf:
@@ -296,7 +303,7 @@ class OpenAIBackend(BaseBackend):
             logprobs=True,
             batching=False,
             streaming=True,
-            local=False,  # even on 127.0.0.1 it plays the remote role
+            local=on_this_device(self.address),
             context_window=context_window or context_window_for(model),
         )
         self._api_key = api_key
@@ -329,7 +336,7 @@ class OpenAIBackend(BaseBackend):
             if self._client is None:
                 self._client = openai.OpenAI(
                     api_key=self._key(),
-                    base_url=self.base_url,
+                    base_url=self.address,
                     max_retries=0,  # we retry ourselves, see _after_failure
                     timeout=self.timeout,
                     http_client=cast(Any, self._http_client),
@@ -342,7 +349,7 @@ class OpenAIBackend(BaseBackend):
             client = self._aclients.get(loop)
             if client is None:
                 client = openai.AsyncOpenAI(
-                    api_key=self._key(), base_url=self.base_url, max_retries=0, timeout=self.timeout
+                    api_key=self._key(), base_url=self.address, max_retries=0, timeout=self.timeout
                 )
                 self._aclients[loop] = client
             return client
@@ -350,7 +357,7 @@ class OpenAIBackend(BaseBackend):
     @property
     def endpoint(self) -> str:
         """The base URL requests go to, for messages."""
-        return self.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        return self.address
 
     # -- retries and error translation (shared by every call) ---------------------------------------
 

@@ -6,7 +6,8 @@
     fake.history[0].messages[-1].content  # 'question'
 
 A ``responder(messages, params)`` answers whatever the queue does not, so a test can script replies by
-content (useful for batches whose order is not the test's business).
+content (useful for batches whose order is not the test's business). ``address`` plays a server's URL (nothing
+is contacted): with one that is not on this device, the fake is a model on another machine.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from minions.cost import Price
 from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage
 
+from .address import on_this_device
 from .base import BaseBackend, Capabilities
 
 __all__ = ["ScriptedBackend", "ScriptedCall"]
@@ -48,9 +50,12 @@ class ScriptedBackend(BaseBackend):
         capabilities: Capabilities | None = None,
         price: Price | None = None,
         max_concurrency: int = 1,
+        address: str | None = None,
     ) -> None:
         self.name = name
-        self.capabilities = capabilities or Capabilities(json_schema=True, batching=True, local=True)
+        self.address = address
+        local = on_this_device(address)
+        self.capabilities = capabilities or Capabilities(json_schema=True, batching=True, local=local)
         self.price = price
         self.max_concurrency = max_concurrency
         self.responder = responder

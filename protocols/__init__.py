@@ -9,7 +9,7 @@ Every protocol has the same ``run(task, documents) -> RunResult``; every remote 
 
 from .base import BaseProtocol
 from .baselines import RAG, LocalOnly, RemoteOnly
-from .channel import Meter, RemoteChannel
+from .channel import LocalEgress, Meter, RemoteChannel, remote_leaves_device
 from .choice import default_protocol, missing_remote, needs_remote
 from .factory import PROTOCOLS, get_protocol
 from .minion import Minion
@@ -36,6 +36,7 @@ __all__ = [
     "JobOutput",
     "JobRecord",
     "JobSpec",
+    "LocalEgress",
     "LocalOnly",
     "Meter",
     "Minion",
@@ -52,4 +53,5 @@ __all__ = [
     "get_protocol",
     "missing_remote",
     "needs_remote",
+    "remote_leaves_device",
 ]

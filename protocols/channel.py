@@ -1,13 +1,17 @@
 """The one door to the remote model. Every remote call goes through ``RemoteChannel.ask``/``send``, which
 
 - redacts the outgoing text (when asked to),
-- records it in the egress log when the backend does not run on this device,
+- records it in the egress log unless the backend runs in this process (``remote_leaves_device``),
 - refuses to send what the budget cannot pay for (``BudgetExceededError``, nothing sent),
 - meters usage and cost under the role ``remote``,
 - validates a JSON reply against a pydantic model and sends a failing one back with the error, a bounded
   number of times (then ``ModelOutputError``).
 
 Protocols get a channel, never the remote backend itself, so none can bypass it.
+
+The local model is trusted with the documents only where it is on this device (``capabilities.local``, from its
+address). One on another machine is allowed, but seen through ``LocalEgress``: every prompt it is sent (the
+chunks, whole) is recorded in the egress log with the step ``local``, and its usage is priced.
 """
 
 from __future__ import annotations
@@ -15,24 +19,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from minions.backends.base import Backend
+from minions.backends.address import host_of
+from minions.backends.base import Backend, MessagesLike, OnResult
 from minions.cost import PriceTable
 from minions.errors import BudgetExceededError, ModelOutputError
-from minions.types import ChatResult, Message, SamplingParams, Usage
+from minions.events import CancelToken
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Usage, as_messages
 
 from .options import Budget
 from .parsing import extract_json
 from .prompts import render
 from .redact import Redactor
-from .result import EgressLog
+from .result import LOCAL_STEP, EgressLog
 from .schemas import response_schema
 
-__all__ = ["Meter", "RemoteChannel", "priced"]
+__all__ = ["LocalEgress", "Meter", "RemoteChannel", "priced", "remote_leaves_device"]
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +46,19 @@ M = TypeVar("M", bound=BaseModel)
 Check = Callable[[M], None]
 
 
-def priced(backend: Backend, usage: Usage, prices: PriceTable) -> Usage:
-    """``usage`` with its cost filled in from the price table when the backend did not set one."""
-    if usage.cost_usd or backend.capabilities.local:
+def remote_leaves_device(backend: Backend) -> bool:
+    """Whether what the remote channel sends ``backend`` leaves the device: recorded, redacted when asked, priced.
+
+    The remote role stands for a cloud model, so a server in that role counts wherever it listens: one on
+    127.0.0.1 is a stand-in for a cloud model or a proxy to one. Only a model in this process on this device (a
+    local model cast as the remote one) reads the text unrecorded."""
+    return not backend.capabilities.local or backend.address is not None
+
+
+def priced(backend: Backend, usage: Usage, prices: PriceTable, *, on_device: bool | None = None) -> Usage:
+    """``usage`` with its cost filled in from the price table when the backend did not set one; a model on this
+    device (``on_device``, else its ``capabilities.local``) costs nothing."""
+    if usage.cost_usd or (backend.capabilities.local if on_device is None else on_device):
         return usage
     cost = prices.cost(backend.name, usage)
     return Usage(
@@ -87,14 +103,14 @@ class RemoteChannel:
         self.egress = egress
         self.prices = prices
         self.budget = budget
-        # Redaction protects what leaves the device; a backend on this device sees the text as it is.
-        self.redactor = redactor if not backend.capabilities.local else None
+        self.leaves_device = remote_leaves_device(backend)
+        # Redaction protects what leaves the device; a model in this process sees the text as it is.
+        self.redactor = redactor if self.leaves_device else None
         self.max_retries = max_retries
         self.params = SamplingParams(max_tokens=max_tokens)
 
-    @property
-    def leaves_device(self) -> bool:
-        return not self.backend.capabilities.local
+    def _priced(self, usage: Usage) -> Usage:
+        return priced(self.backend, usage, self.prices, on_device=not self.leaves_device)
 
     def restore(self, text: str) -> str:
         """Undo redaction placeholders in text that came back from the remote model."""
@@ -105,7 +121,7 @@ class RemoteChannel:
             return
         spent = self.meter["remote"]
         prompt = sum(self.backend.count_tokens(m.content) for m in messages)
-        usd = spent.cost_usd + priced(self.backend, Usage(prompt_tokens=prompt), self.prices).cost_usd
+        usd = spent.cost_usd + self._priced(Usage(prompt_tokens=prompt)).cost_usd
         reason = self.budget.exceeded(spent.total_tokens + prompt, usd)
         if reason:
             raise BudgetExceededError(f"Stopped: {reason}.", spent_tokens=spent.total_tokens, spent_usd=spent.cost_usd)
@@ -118,11 +134,12 @@ class RemoteChannel:
             messages = [Message(m.role, self.redactor.redact(m.content)) for m in messages]
         self._check_budget(messages)
         if self.leaves_device:
+            host = host_of(self.backend.address)
             for m in messages:
-                self.egress.record(round, f"{step}:{m.role}", self.backend.name, m.content)
+                self.egress.record(round, f"{step}:{m.role}", self.backend.name, m.content, host)
         start = time.perf_counter()
         result = self.backend.chat(messages, params or self.params)
-        usage = priced(self.backend, result.usage, self.prices)
+        usage = self._priced(result.usage)
         if not usage.seconds:
             usage = usage + Usage(seconds=time.perf_counter() - start)
         self.meter.add("remote", usage)
@@ -158,6 +175,48 @@ class RemoteChannel:
             usage=self.meter["remote"],
             raw=reply,
         )
+
+
+class LocalEgress:
+    """The local backend, for a local model that is not on this device: every prompt sent to it is recorded in
+    the egress log (step ``local``, the messages joined), with where it went; everything else passes through.
+    A batch's jobs that were cancelled before they ran were never sent and are not recorded."""
+
+    def __init__(self, backend: Backend, egress: EgressLog, round: Callable[[], int]) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.capabilities = backend.capabilities
+        self.address = backend.address
+        self._egress = egress
+        self._round = round
+        self._host = host_of(backend.address)
+
+    def _record(self, messages: MessagesLike) -> None:
+        text = "\n\n".join(m.content for m in as_messages(messages))
+        self._egress.record(self._round(), LOCAL_STEP, self.name, text, self._host)
+
+    def chat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
+        self._record(messages)
+        return self.backend.chat(messages, params)
+
+    async def achat(self, messages: MessagesLike, params: SamplingParams | None = None) -> ChatResult:
+        self._record(messages)
+        return await self.backend.achat(messages, params)
+
+    def batch(
+        self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
+    ) -> list[ChatResult]:
+        results: list[ChatResult] | None = None
+        try:
+            results = self.backend.batch(requests, on_result=on_result, cancel=cancel)
+            return results
+        finally:  # a batch that failed as a whole may have sent any of its prompts: all are recorded
+            for i, request in enumerate(requests):
+                if results is None or results[i].finish_reason != "cancelled":
+                    self._record(request.messages)
+
+    def count_tokens(self, text: str) -> int:
+        return self.backend.count_tokens(text)
 
 
 def _short_error(exc: Exception) -> str:

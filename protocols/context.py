@@ -16,7 +16,7 @@ from minions.events import CancelToken, EventSink, Notice, emit
 from minions.tokens import count_tokens
 from minions.types import Usage
 
-from .channel import Meter, RemoteChannel
+from .channel import LocalEgress, Meter, RemoteChannel
 from .options import RunOptions
 from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
 
@@ -53,6 +53,11 @@ class RunContext:
     best_answer: str = ""
     complete: bool = True
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        # Every local call goes through ctx.local: a local model on another machine is recorded there, once.
+        if not self.local.capabilities.local:
+            self.local = LocalEgress(self.local, self.egress, lambda: self.rounds)
 
     @property
     def next_job_id(self) -> int:

@@ -9,7 +9,16 @@ from typing import Any
 
 from minions.types import Usage
 
-__all__ = ["Citation", "EgressLog", "EgressRecord", "Evidence", "JobRecord", "RoundRecord", "RunResult"]
+__all__ = [
+    "LOCAL_STEP",
+    "Citation",
+    "EgressLog",
+    "EgressRecord",
+    "Evidence",
+    "JobRecord",
+    "RoundRecord",
+    "RunResult",
+]
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,10 @@ class Evidence:
         }
 
 
+LOCAL_STEP = "local"
+"""The step of a prompt sent to a local model that is not on this device; the remote model's steps are others."""
+
+
 @dataclass(frozen=True)
 class EgressRecord:
     """One piece of text sent to a model that does not run on this device."""
@@ -83,12 +96,15 @@ class EgressRecord:
     step: str
     backend: str
     text: str
+    host: str | None = None
+    """Where it went (``host:port``), where the backend has an address."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "round": self.round,
             "step": self.step,
             "backend": self.backend,
+            "host": self.host,
             "text": self.text,
             "chars": len(self.text),
         }
@@ -101,9 +117,9 @@ class EgressLog:
         self._records: list[EgressRecord] = []
         self._lock = threading.Lock()
 
-    def record(self, round: int, step: str, backend: str, text: str) -> None:
+    def record(self, round: int, step: str, backend: str, text: str, host: str | None = None) -> None:
         with self._lock:
-            self._records.append(EgressRecord(round, step, backend, text))
+            self._records.append(EgressRecord(round, step, backend, text, host))
 
     @property
     def records(self) -> tuple[EgressRecord, ...]:
@@ -205,6 +221,18 @@ class RunResult:
             return None
         return self.remote_only_estimate.cost_usd - self.cost_usd
 
+    @property
+    def local_egress(self) -> str | None:
+        """What left this device through the local model, when it is on another machine, as the CLI and the app
+        say it; None when nothing did."""
+        sent = [r for r in self.egress if r.step == LOCAL_STEP]
+        if not sent:
+            return None
+        where = ", ".join(sorted({r.host or r.backend for r in sent}))
+        chars = sum(len(r.text) for r in sent)
+        prompts = f"{len(sent)} local prompt{'s' if len(sent) != 1 else ''}"
+        return f"{prompts} ({chars:,} characters) left this device to {where} (the local model is not on this device)"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "answer": self.answer,
@@ -221,6 +249,7 @@ class RunResult:
             "saving_usd": self.saving_usd,
             "timings": dict(self.timings),
             "egress": [r.to_dict() for r in self.egress],
+            "local_egress": self.local_egress,
             "round_log": [r.to_dict() for r in self.round_log],
             "evidence": [e.to_dict() for e in self.evidence],
             "reading": dict(self.reading),

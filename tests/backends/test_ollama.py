@@ -176,11 +176,17 @@ def test_stream_translates_errors() -> None:
         list(make_backend(refuse).stream("hi"))
 
 
-def test_host_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_from_environment_and_another_host_is_not_this_device(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OLLAMA_HOST", "http://elsewhere:1234")
     backend = OllamaBackend("m")
-    assert backend.host == "http://elsewhere:1234"
-    assert backend.capabilities.local and backend.capabilities.json_schema
+    assert backend.host == backend.address == "http://elsewhere:1234"
+    assert not backend.capabilities.local and backend.capabilities.json_schema
+
+
+@pytest.mark.parametrize("host", [None, "http://127.0.0.1:11434", "localhost:11434", "http://[::1]:11434", "0.0.0.0"])
+def test_a_server_on_this_machine_is_on_this_device(monkeypatch: pytest.MonkeyPatch, host: str | None) -> None:
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    assert OllamaBackend("m", host=host).capabilities.local
 
 
 @pytest.mark.live

@@ -123,6 +123,25 @@ def test_providers_are_configuration() -> None:
         OpenAIBackend("m", provider="nope")
 
 
+def test_on_this_device_is_decided_by_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert OpenAIBackend("smollm2", base_url="http://127.0.0.1:8080/v1").capabilities.local
+    assert not OpenAIBackend("smollm2", base_url="http://192.0.2.1:8080/v1").capabilities.local
+    hosted = OpenAIBackend("gpt-4o-mini")
+    assert hosted.address == "https://api.openai.com/v1" and not hosted.capabilities.local
+
+
+def test_the_sdk_sends_where_the_address_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_BASE_URL is read once: the address judged on this device is the one requests go to."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:4000/v1")
+    server = Script(reply())
+    backend = OpenAIBackend("gpt-4o-mini", api_key="k", http_client=httpx.Client(transport=httpx.MockTransport(server)))
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://192.0.2.1:4000/v1")
+    assert backend.capabilities.local and backend.address == "http://localhost:4000/v1"
+    backend.chat("hi")
+    assert str(server.requests[0].url) == "http://localhost:4000/v1/chat/completions"
+
+
 def test_missing_key_is_reported_at_first_call_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     backend = OpenAIBackend("gpt-4o-mini")  # constructing needs no key

@@ -24,6 +24,11 @@ def test_openai_compatible_splits_model_and_url_at_the_last_at() -> None:
         resolve("openai-compatible/model-without-url")
 
 
+def test_an_openai_compatible_server_is_on_this_device_only_on_loopback() -> None:
+    assert resolve("openai-compatible/smollm2@http://127.0.0.1:8080/v1").capabilities.local
+    assert not resolve("openai-compatible/smollm2@http://192.0.2.1:8080/v1").capabilities.local
+
+
 def test_providers_resolve_without_reading_keys(monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     backend = resolve("openai/gpt-4o-mini")  # the key is read at the first call, not here

@@ -1,0 +1,58 @@
+"""Whether a model runs on this device: a fact about its address, the same rule for every backend.
+
+- No address (``None``): the model runs in this process, on this device (the embedded llama.cpp model).
+- A URL: on this device when it names a Unix socket, or when its host is a loopback address (127.0.0.0/8,
+  ``::1``, ``localhost``) or the unspecified one (``0.0.0.0``, ``::``: connecting to it reaches this machine,
+  and ``OLLAMA_HOST=0.0.0.0`` is a common setting). Anything else is another machine, whatever the backend is
+  called and whatever the name resolves to now: a host name other than ``localhost`` is never trusted.
+
+A URL without a scheme (``OLLAMA_HOST=elsewhere:1234``) is read as ``http://``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import SplitResult, unquote, urlsplit
+
+__all__ = ["host_of", "on_this_device"]
+
+UNIX_SCHEMES = frozenset({"unix", "http+unix", "https+unix"})
+
+
+def _split(address: str) -> SplitResult:
+    return urlsplit(address if "://" in address else f"http://{address}")
+
+
+def on_this_device(address: str | None) -> bool:
+    """Whether a model at ``address`` (a base URL, or None for one in this process) runs on this device."""
+    if address is None:
+        return True
+    try:
+        parts = _split(address.strip())
+        host = (parts.hostname or "").rstrip(".")
+    except ValueError:  # not a URL at all (an unbalanced "[", a bad port): not known to be here
+        return False
+    if parts.scheme.lower() in UNIX_SCHEMES:
+        return True
+    if host == "localhost":  # hostname is lower-cased already
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])  # an IPv6 zone ("fe80::1%eth0") is not part of the address
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback or ip.is_unspecified
+
+
+def host_of(address: str | None) -> str | None:
+    """Where text sent to ``address`` goes, for messages: ``host[:port]``, the socket's path, or None (in process)."""
+    if address is None:
+        return None
+    try:
+        parts = _split(address.strip())
+    except ValueError:
+        return address
+    if parts.scheme.lower() in UNIX_SCHEMES:
+        return f"unix socket {unquote(parts.netloc) or parts.path}"  # http+unix://%2Fpath, unix:///path
+    return parts.netloc or address
