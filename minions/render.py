@@ -65,7 +65,15 @@ def _fmt_usd(x: float) -> str:
     return f"${x:.4f}" if x < 1 else f"${x:.2f}"
 
 
-def usage_table(usage: Mapping[str, Usage], models: Mapping[str, str | None], remote_only: Usage | None) -> Table:
+def usage_table(
+    usage: Mapping[str, Usage],
+    models: Mapping[str, str | None],
+    remote_only: Usage | None,
+    *,
+    local_egress: str | None = None,
+) -> Table:
+    """The usage and cost table. ``local_egress`` says what left this device through a local model on another
+    machine (``RunResult.local_egress``); without it and without a remote model, nothing did."""
     table = Table(title="Usage and cost", title_justify="left")
     for col in ("role", "model", "calls", "input tok", "cached", "output tok", "seconds", "cost"):
         table.add_column(col, justify="left" if col in ("role", "model") else "right")
@@ -89,7 +97,7 @@ def usage_table(usage: Mapping[str, Usage], models: Mapping[str, str | None], re
     total = sum(usage.values(), Usage())
     row("total", "", total, style="bold")
     if not models.get("remote"):
-        table.caption = "no remote model configured: nothing left this device"
+        table.caption = f"no remote model configured: {local_egress or 'nothing left this device'}"
     elif remote_only is not None:
         table.add_section()
         row("remote only (est.)", models.get("remote") or "", remote_only, style="dim")
@@ -107,9 +115,11 @@ def print_result(result: Any, *, local_name: str, remote_name: str | None, conso
         out.print(f'  [{c.label}] "{c.text[:160]}"', markup=False, highlight=False)
     for note in result.notes:
         out.print(f"note: {note}", style="yellow", markup=False)
+    if result.local_egress and remote_name:  # without a remote model the table's caption says it
+        out.print(f"egress: {result.local_egress}", style="yellow", markup=False)
     out.print()
     models = {"local": local_name, "remote": remote_name}
-    out.print(usage_table(dict(result.usage), models, result.remote_only_estimate))
+    out.print(usage_table(dict(result.usage), models, result.remote_only_estimate, local_egress=result.local_egress))
 
 
 def print_models(infos: list[Any], console: Console | None = None) -> None:

@@ -254,7 +254,7 @@ function renderCost(r, meta) {
       ? `saved ${money(r.saving_usd)} vs sending the documents to the remote model (${est})`
       : `${money(-r.saving_usd)} more than sending the documents to the remote model (${est})`;
     box.append(el("span", { class: r.saving_usd >= 0 ? "saving" : "saving negative", text }));
-  } else if (!meta.remote_leaves_device) {
+  } else if (!meta.remote_leaves_device && !r.local_egress) {
     box.append(el("span", { class: "saving", text: "everything ran on this device" }));
   }
   return box;
@@ -278,14 +278,20 @@ function renderUsage(r) {
 
 function renderEgress(r, meta) {
   const records = r.egress || [];
-  const chars = records.reduce((n, e) => n + e.chars, 0);
-  const label = records.length
-    ? `Egress: ${records.length} message${records.length === 1 ? "" : "s"}, ${fmtInt(chars)} characters left this device (to ${records[0].backend})`
+  const remote = records.filter((e) => e.step !== "local");  // "local": a local model on another machine
+  const chars = remote.reduce((n, e) => n + e.chars, 0);
+  const said = [];
+  if (remote.length) {
+    said.push(`${remote.length} message${remote.length === 1 ? "" : "s"}, ${fmtInt(chars)} characters left this device (to ${remote[0].backend})`);
+  }
+  if (r.local_egress) said.push(r.local_egress);
+  const label = said.length
+    ? `Egress: ${said.join("; ")}`
     : `Egress: nothing left this device${meta.remote_leaves_device ? "" : ` (the remote part ran on ${meta.local})`}`;
   const details = el("details", { class: "more egress" }, el("summary", { text: label }));
   for (const e of records) {
     details.append(el("div", { class: "egress-record" },
-      el("header", { text: `round ${e.round} · ${e.step} · ${e.backend} · ${fmtInt(e.chars)} characters` }),
+      el("header", { text: `round ${e.round} · ${e.step} · ${e.backend}${e.host ? ` at ${e.host}` : ""} · ${fmtInt(e.chars)} characters` }),
       el("pre", { text: e.text })));
   }
   return details;

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 
 from minions.backends.base import Capabilities
@@ -226,6 +227,22 @@ def test_without_a_remote_model_the_default_is_local_and_the_others_are_offered_
         answer = events[-1]["message"]
         assert answer["status"] == "ok" and answer["meta"]["protocol"] == "local", answer
         assert answer["meta"]["result"]["egress"] == [] and answer["meta"]["remote_leaves_device"] is False
+
+
+def test_a_local_model_on_another_machine_is_in_the_egress_and_said(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    away = ScriptedBackend("scripted/away", responder=local_reply, address="http://192.0.2.1:11434")
+    with TestClient(make_app(away, None), base_url=BASE) as client:
+        upload(client)
+        _, events = ask(client, "What was revenue in fiscal 2023?")
+    answer = events[-1]["message"]
+    result = answer["meta"]["result"]
+    assert answer["status"] == "ok" and answer["meta"]["remote_leaves_device"] is False, answer
+    assert len(result["egress"]) == len(away.history) > 0
+    assert {(e["step"], e["host"]) for e in result["egress"]} == {("local", "192.0.2.1:11434")}
+    assert result["local_egress"].endswith("to 192.0.2.1:11434 (the local model is not on this device)")
 
 
 def test_a_saved_protocol_that_needs_the_remote_model_gives_way_when_it_goes(make_local_app: AppFactory) -> None:
