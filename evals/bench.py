@@ -5,17 +5,16 @@ model, one JSON line per item and a summary line with the recall curves (@1, @5,
 
 - ``pages_bm25``: BM25 over the filing's pages (the baseline: plain BM25, one passage per page);
 - ``rag``: the chunks the RAG baseline would send, in its order (``protocols.ranking.lexical_rank``);
-- ``ranking``: the local side's ranking of the chunks (words, then the local model's yes/no score);
+- ``ranking``: the local side's ranking of the chunks (the RAG baseline's, by words);
 - ``shown``: what the local side passes on, best first (each read chunk's quote, else the chunk): what a remote
   model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
-  recall stops growing there.
+  recall stops growing there; below ``ranking``'s where a quote lies on another page than the gold one.
 
 Timings split ranking (the model's scoring), reading (the evidence jobs) and the document's load.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -50,7 +49,7 @@ DEPTH = max(RECALL_AT)
 class EvidenceBenchConfig:
     limit: int | None = None
     read_chunks: int = RunOptions.read_chunks
-    rerank: int = RunOptions.rerank
+    score_sentences: bool = RunOptions.score_sentences
     local: str = "llamacpp/default"
     ids: tuple[str, ...] = ()
     lexical_only: bool = False
@@ -76,7 +75,7 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
     started = time.perf_counter()
     docs = item.documents()
     loaded = time.perf_counter()
-    options = RunOptions(read_chunks=config.read_chunks, rerank=config.rerank)
+    options = RunOptions(read_chunks=config.read_chunks)
     chunks = chunk_documents(docs, by=options.chunk_by, size=options.chunk_size, overlap=options.overlap)
     line: dict[str, Any] = {
         "item_id": item.id,
@@ -90,13 +89,15 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
     }
     if local is None:
         return line
-    result = LocalOnly(local, read_chunks=config.read_chunks, rerank=config.rerank).run(item.question, docs)
+    result = LocalOnly(local, read_chunks=config.read_chunks, score_sentences=config.score_sentences).run(
+        item.question, docs
+    )
     ranked = [chunk_evidence(c) for c in _ranked_chunks(result.reading, chunks)]
     line.update(
         ranking=_recall(item, ranked) if ranked else None,
         shown=_recall(item, result.evidence),
         cited_pages=[list(c.pages) for c in result.citations[:3]],
-        scored=[_scores(j) for j in result.jobs],
+        read=[_read(j, e) for j, e in zip(result.jobs, result.evidence, strict=False)],
         answer=result.answer[:300],
         rank_s=round(result.timings.get("rank_s", 0.0), 2),
         read_s=round(result.timings.get("local_s", 0.0) - result.timings.get("rank_s", 0.0), 2),
@@ -106,13 +107,9 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
     return line
 
 
-def _scores(job: JobRecord) -> dict[str, Any]:
-    """A read chunk's place and the local model's scores (lexical order: the order the jobs ran in)."""
-    try:
-        chunk_odds = json.loads(job.raw).get("chunk_odds")
-    except (ValueError, AttributeError):
-        chunk_odds = None
-    return {"pages": list(job.pages), "chunk": job.chunk, "sentence": job.score, "chunk_odds": chunk_odds}
+def _read(job: JobRecord, shown: Evidence) -> dict[str, Any]:
+    """A read chunk (in rank order): its pages, the page of the quote passed on, the model's score."""
+    return {"chunk": job.chunk, "pages": list(job.pages), "quote_pages": list(shown.pages), "score": job.score}
 
 
 def _ranked_chunks(reading: Mapping[str, Any], chunks: Sequence[Chunk]) -> list[Chunk]:
@@ -144,7 +141,7 @@ def evidence_bench(data: str | Path, config: EvidenceBenchConfig) -> Iterator[di
         "items": len(lines),
         "skipped": len(dataset.skipped),
         "read_chunks": config.read_chunks,
-        "rerank": 0 if config.lexical_only else config.rerank,
+        "scored": not config.lexical_only and config.score_sentences,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.perf_counter() - started, 1),
     }

@@ -198,7 +198,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
     config = EvidenceBenchConfig(
         limit=args.limit,
         read_chunks=args.read_chunks,
-        rerank=args.rerank,
+        score_sentences=not args.no_scores,
         local=args.local or default_local(),
         ids=tuple(args.id or ()),
         lexical_only=args.lexical_only,
@@ -218,7 +218,7 @@ def _add_bench_evidence_parser(kinds: Any, data_default: str | None) -> None:
     ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
     ev.add_argument("--id", action="append", help="only this question (repeatable)")
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
-    ev.add_argument("--rerank", type=int, default=d.rerank, help="chunks the local model scores; 0: words only")
+    ev.add_argument("--no-scores", action="store_true", help="jobs pick a sentence through a schema, not by scores")
     ev.add_argument("--local", help="the local model (default: MINIONS_LOCAL or llamacpp/default)")
     ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")

@@ -36,7 +36,7 @@ __all__ = ["Job", "job_messages", "looping", "run_jobs", "scores_sentences"]
 
 log = logging.getLogger(__name__)
 
-Ask = Literal["quote", "sentence", "yes_no"]
+Ask = Literal["quote", "sentence"]
 SCORE_TOP_TOKENS = 20
 """Most likely first tokens a yes/no score reads ("yes", " Yes", "no", ... are among them)."""
 SENTENCE_MODEL_WEIGHT = 0.5
@@ -71,7 +71,7 @@ class Job:
 
 def job_messages(instruction: str, chunk: Chunk, ask: Ask = "quote", sentence: str = "") -> list[Message]:
     """The prompt of a job over ``chunk``: the chunk first, then the question and what to reply (``quote``: the
-    sentence that answers; ``sentence``: whether ``sentence`` answers; ``yes_no``: whether the chunk does)."""
+    sentence that answers; ``sentence``: whether ``sentence`` answers)."""
     text = render("job", instruction=instruction, label=chunk.label, text=chunk.text, ask=ask, sentence=sentence)
     return [Message("system", render("job_system")), Message("user", text)]
 
@@ -185,18 +185,18 @@ def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Out
 
 
 def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
-    """A job whose chunk and candidate sentences the model scored (``results``: the chunk's yes/no first, then one
-    per sentence): the quote is the sentence ranked best by its yes/no log-odds fused with its rank by words."""
+    """A job whose candidate sentences the model scored (``results``: one per sentence, best by words first): the
+    quote is the sentence ranked best by its yes/no log-odds fused with its rank by words."""
     usage = sum((r.usage for r in results), Usage())
     failed = next((r for r in results if not r.ok), None)
     odds = [_yes_odds(r) for r in results]
     if failed is not None or any(o is None for o in odds):
         error = failed.error if failed is not None else "the backend reported no log-probabilities"
         return error_result(results[0].model if results else "", BackendError(error or "scoring failed")), None, error
-    chunk_odds, sentence_odds = odds[0], [o for o in odds[1:] if o is not None]
+    sentence_odds = [o for o in odds if o is not None]
     best = fused_order(sentence_odds, weight=SENTENCE_MODEL_WEIGHT)[0][0] if sentence_odds else None
     quote = job.options[best].text if best is not None else None
-    reply = {"quote": quote or NONE, "chunk_odds": chunk_odds, "sentence_odds": sentence_odds}
+    reply = {"quote": quote or NONE, "sentence_odds": sentence_odds}
     seconds = sum(r.timings.total_s for r in results)
     result = ChatResult(json.dumps(reply), usage, "stop", Timings(total_s=seconds), results[0].model, stats=reply)
     return result, JobOutput(answer=quote, citation=quote), None
@@ -204,18 +204,16 @@ def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
 
 def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
     """Evidence by scoring (a backend that reports log-probabilities): the local model reads each job's chunk and
-    question and says whether the chunk answers, then each of its best ``SENTENCES_SCORED`` candidate sentences and
-    whether it answers. All of a job's prompts share the chunk-first prefix, so the chunk is computed once; a choice
-    by scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
+    question, then each of its best ``SENTENCES_SCORED`` candidate sentences, and says whether it answers. A job's
+    prompts share the chunk-first prefix, so the chunk is computed once; a choice by scores is not led astray by
+    the first tokens of a sentence, as a choice decoded token by token is."""
     params = SamplingParams(max_tokens=1, logprobs=SCORE_TOP_TOKENS)
-    plan = [(i, "") for i in range(len(jobs))]
-    plan += [(i, s.text) for i, j in enumerate(jobs) for s in j.options[:SENTENCES_SCORED]]
+    plan = [(i, s.text) for i, j in enumerate(jobs) for s in j.options[:SENTENCES_SCORED]]
     requests = [
-        ChatRequest(job_messages(jobs[i].instruction, jobs[i].chunk, "sentence" if text else "yes_no", text), params)
-        for i, text in plan
+        ChatRequest(job_messages(jobs[i].instruction, jobs[i].chunk, "sentence", text), params) for i, text in plan
     ]
     results_of: dict[int, dict[int, ChatResult]] = {i: {} for i in range(len(jobs))}
-    wanted = {i: 1 + min(len(j.options), SENTENCES_SCORED) for i, j in enumerate(jobs)}
+    wanted = {i: min(len(j.options), SENTENCES_SCORED) for i, j in enumerate(jobs)}
     outcomes: dict[int, Outcome] = {}
 
     def on_result(k: int, result: ChatResult) -> None:
@@ -231,6 +229,10 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
         ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
         if k not in results_of[plan[k][0]]:  # a backend that failed as a whole never reported one by one
             on_result(k, r)
+    for i, job in enumerate(jobs):
+        if i not in outcomes:  # a chunk with no sentence to offer found nothing
+            outcomes[i] = (ChatResult("", Usage(), "stop", Timings(), ctx.local.name), JobOutput(), None)
+            _announce(ctx, job, outcomes[i], attempt)
     return [outcomes[i] for i in range(len(jobs))]
 
 
@@ -244,9 +246,9 @@ def _announce(ctx: RunContext, job: Job, outcome: Outcome, attempt: int) -> None
 
 
 def scores_sentences(ctx: RunContext) -> bool:
-    """Whether jobs score their sentences (the backend reports log-probabilities and ``rerank`` is not 0), or pick
+    """Whether jobs score their sentences (the backend reports log-probabilities, and ``score_sentences``), or pick
     one through a schema."""
-    return ctx.local.capabilities.logprobs and ctx.options.rerank > 0
+    return ctx.local.capabilities.logprobs and ctx.options.score_sentences
 
 
 def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:

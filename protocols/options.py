@@ -60,13 +60,10 @@ class RunOptions:
     top_k: int = 10
     """RAG: chunks sent to the remote model; Minions: chunks per retrieval-scoped job."""
     read_chunks: int = 10
-    """Local reading (``local``, and Minions past its job bound): chunks the local model reads per question,
-    best ranked first."""
-    rerank: int = 10
-    """Chunks (the best by words) the local model reads and scores, to re-order them by its scores fused with their
-    rank by words. Equal to ``read_chunks`` (the default), the model orders what is passed on but never drops a
-    chunk that words rank high (on FinanceBench its scores were too noisy to promote chunks from below: measured
-    with ``minions bench evidence --rerank 12``); 0: no scoring, a sentence is picked through a schema."""
+    """Local reading (``local``): chunks the local model reads per question, the best by words."""
+    score_sentences: bool = True
+    """Local reading: the local model says yes or no to each read chunk's best sentences (backends that report
+    log-probabilities); off, it picks one through a JSON schema whose alternatives are the sentences."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""
@@ -99,8 +96,6 @@ class RunOptions:
             raise InputError(f"chunk_by must be one of {', '.join(get_args(ChunkBy))}, got {self.chunk_by!r}.")
         if not 0 <= self.overlap < self.chunk_size:
             raise InputError(f"overlap must be at least 0 and below chunk_size, got {self.overlap}.")
-        if self.rerank < 0:
-            raise InputError(f"rerank must be 0 or more, got {self.rerank}.")
         if self.max_retries < 0:
             raise InputError(f"max_retries must be 0 or more, got {self.max_retries}.")
 

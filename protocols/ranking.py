@@ -2,9 +2,8 @@
 
     1. lexical: BM25 over the query (the question, and a plan's instruction and keywords), times a prior for
        passages dense in figures when the question asks for a quantity (``FIGURE_WEIGHT``);
-    2. model (optional): the local model reads the best ``rerank`` chunks with the question and says whether the
-       chunk answers it; its log-odds of "yes" against "no" is fused with the lexical rank (reciprocal rank
-       fusion, so neither scale dominates).
+    2. ``fused_order``: items in that order re-ordered by reciprocal rank fusion with the local model's scores
+       (how ``protocols.jobs`` picks a chunk's sentence: neither scale dominates).
 
 A small model reads only what ranks best: the rest is skipped, and the ranking says how many chunks there were.
 """
@@ -13,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from minions.chunking import Chunk
 
 from .retrieval import BM25, asks_for_quantity, figure_share
 
-__all__ = ["FIGURE_WEIGHT", "Ranked", "fuse", "fused_order", "lexical_rank"]
+__all__ = ["FIGURE_WEIGHT", "Ranked", "fused_order", "lexical_rank"]
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +64,3 @@ def fused_order(model_scores: Sequence[float], *, weight: float = 1.0) -> list[t
     model_rank = {i: r for r, i in enumerate(by_model)}
     fused = {i: 1 / (RRF_K + i + 1) + weight / (RRF_K + model_rank[i] + 1) for i in range(len(model_scores))}
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
-
-
-def fuse(ranked: Sequence[Ranked], model_scores: Sequence[float], *, weight: float = 1.0) -> list[Ranked]:
-    """``ranked``'s first ``len(model_scores)`` chunks re-ordered by ``fused_order``; the rest keep their order
-    after them (with score 0: the model did not read them)."""
-    head, tail = ranked[: len(model_scores)], ranked[len(model_scores) :]
-    return [replace(head[i], score=f, model=model_scores[i]) for i, f in fused_order(model_scores, weight=weight)] + [
-        replace(r, score=0.0) for r in tail
-    ]

@@ -26,7 +26,7 @@ def test_lexical_curves_per_item_and_in_the_summary():
         assert values == sorted(values) and all(v in (0.0, 1.0) for v in values)  # one gold page: found or not
     assert item["rag"]["@20"] == 1.0  # the cash flow statement is among the 20 chunks that rank best
     assert "shown" not in item and summary["summary"] and summary["items"] == 1
-    assert summary["rag"] == item["rag"] and summary["shown"] is None and summary["rerank"] == 0
+    assert summary["rag"] == item["rag"] and summary["shown"] is None and not summary["scored"]
 
 
 @pytest.mark.slow
@@ -34,11 +34,13 @@ def test_lexical_curves_per_item_and_in_the_summary():
 def test_the_local_side_passes_on_what_it_read_with_its_pages():
     out = subprocess.run(
         [sys.executable, "-m", "minions.cli", "bench", "evidence", "--data", str(FB), "--id", CAPEX, "--items",
-         "--rerank", "4", "--read-chunks", "3"],
+         "--read-chunks", "3"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     item, summary = (json.loads(line) for line in out.stdout.splitlines())
-    assert len(item["scored"]) == 4 and all(s["sentence"] is not None for s in item["scored"])
+    assert len(item["read"]) == 3 and all(r["score"] is not None for r in item["read"])
+    assert all(set(r["quote_pages"]) <= set(r["pages"]) for r in item["read"])  # a quote lies in its chunk
     assert set(item["shown"]) == {"@1", "@5", "@10", "@20"} and item["shown"]["@5"] == item["shown"]["@20"]
+    assert item["ranking"]["@1"] == item["rag"]["@1"]  # the model picks sentences, it leaves the ranking alone
     assert len(item["cited_pages"]) <= 3 and item["rank_s"] >= 0 and item["wall_s"] > 0
-    assert summary["shown"] == item["shown"] and summary["rerank"] == 4
+    assert summary["shown"] == item["shown"] and summary["scored"]

@@ -103,14 +103,15 @@ class Scorer(ScriptedBackend):
 
 def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(doc):
     scorer = Scorer("Revenue in fiscal 2023")
-    result = LocalOnly(scorer, chunk_size=600, read_chunks=3, rerank=6).run("What was revenue in fiscal 2023?", [doc])
+    result = LocalOnly(scorer, chunk_size=600, read_chunks=3).run("What was revenue in fiscal 2023?", [doc])
 
     assert result.complete and result.citations[0].text == FACT and FACT in result.answer
-    assert result.reading["read"] == 6 and result.reading["passed_on"] == 3 and len(result.evidence) == 3
+    assert result.reading["read"] == 3 and len(result.evidence) == 3 and "scored yes/no" in result.reading["why"]
     assert result.evidence[0].text == FACT and result.evidence[0].kind == "quote"
-    # every read chunk was scored: its own yes/no, then its best candidate sentences, over one shared prefix
+    # every read chunk's best sentences were scored, one prompt each after the chunk and the question
     prompts = [c.messages[-1].content for c in scorer.history]
-    assert sum("Sentence:" not in p for p in prompts) == 6
+    assert all(p.startswith("Excerpt (report.txt") and "\nSentence: " in p for p in prompts)
+    assert 3 < len(prompts) <= 3 * 4
     fact_job = next(j for j in result.jobs if j.citation == FACT)
     assert fact_job.score is not None and fact_job.score > 0
     assert all(j.score is not None and j.score < 0 for j in result.jobs if j is not fact_job)
