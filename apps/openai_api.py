@@ -252,4 +252,5 @@ def _extra(outcome: Outcome) -> dict[str, Any]:
         "remote_only_estimate_usd": r.remote_only_estimate.cost_usd if r.remote_only_estimate else None,
         "saving_usd": r.saving_usd,
         "egress": [e.to_dict() for e in r.egress],
+        "local_egress": r.local_egress,
     }

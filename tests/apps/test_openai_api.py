@@ -56,6 +56,7 @@ def test_without_a_remote_model_only_local_is_listed_and_the_others_are_a_400(ma
             )
         response = client.chat.completions.create(model="local", messages=messages)
         assert response.model == "local" and response.model_extra["minions"]["egress"] == []
+        assert response.model_extra["minions"]["local_egress"] is None
 
 
 def test_a_completion_over_the_library_with_the_runs_usage(client: openai.OpenAI, server: LiveServer) -> None:
