@@ -36,8 +36,9 @@ class BaseProtocol:
     """``Protocol(local, remote, **options).run(task, documents) -> RunResult``.
 
     ``local`` and ``remote`` are backends or ``"provider/model"`` strings. Only ``local`` runs without a
-    remote model (and then nothing leaves the device); the others raise ``ConfigError``, since a local model
-    cast as the planner fails. ``options`` are the fields of ``RunOptions``.
+    remote model (and then nothing leaves the device, unless the local model itself is on another machine); the
+    others raise ``ConfigError``, since a local model cast as the planner fails. ``options`` are the fields of
+    ``RunOptions``.
     """
 
     name: ClassVar[str] = "base"

@@ -108,9 +108,10 @@ def _cite(quotes: Sequence[str], chunks: Sequence[Chunk], ctx: RunContext) -> li
 
 
 class LocalOnly(BaseProtocol):
-    """Nothing leaves the device. The local model reads the chunks that rank best for the task, picks in each the
-    sentence that answers it (``protocols.reading``), and the answer is the best-ranked quote with its place;
-    when no chunk has one, the answer says so instead of inventing one."""
+    """Nothing leaves the device (unless the local model is on another machine: then its prompts are recorded as
+    egress). The local model reads the chunks that rank best for the task, picks in each the sentence that answers
+    it (``protocols.reading``), and the answer is the best-ranked quote with its place; when no chunk has one, the
+    answer says so instead of inventing one."""
 
     name: ClassVar[str] = "local"
 
