@@ -3,7 +3,8 @@
 Every chunk is an exact, stripped slice of its document (``doc.text[c.start:c.end] == c.text``), never empty,
 and carries its provenance: the pages it spans and the section its start lies in.
 
-    by="chars"     windows of about ``size`` characters, ``overlap`` characters repeated
+    by="chars"     windows of about ``size`` characters, ``overlap`` characters repeated; in a document with pages,
+                   windows never cross a page break (each page is cut on its own)
     by="tokens"    windows of at most ``size`` tokens (``count_tokens``), ``overlap`` tokens repeated
     by="pages"     ``size`` pages per chunk, ``overlap`` pages repeated; documents without pages fall back
                    to "chars" with ``size * CHARS_PER_PAGE`` characters
@@ -110,6 +111,8 @@ def chunk_document(
 
             count_tokens = default_counter
         spans = _token_spans(text, size, overlap, count_tokens)
+    elif doc.pages:  # a chunk stays within its page, so that whatever is quoted from it has one page
+        spans = (s for p in doc.pages for s in _char_spans(text, p.start, p.end, size, overlap))
     else:
         spans = _char_spans(text, 0, len(text), size, overlap)
     return _make_chunks(doc, spans)

@@ -266,3 +266,17 @@ def test_invalid_arguments(by: str, size: int, overlap: int, message: str) -> No
     doc = Document.from_text("text")
     with pytest.raises(ValueError, match=message):
         chunk_document(doc, by, size, overlap)  # type: ignore[arg-type]
+
+
+def test_chars_never_cross_a_page_break() -> None:
+    pages = [("Sentence on page %d. " % n) * 30 for n in (1, 2, 3)]
+    doc = paged_document(pages)
+    chunks = chunk_document(doc, "chars", 400)
+    check_invariants(doc, chunks)
+    assert all(len(c.pages) == 1 for c in chunks)
+    assert [c.pages[0] for c in chunks] == sorted(c.pages[0] for c in chunks) and {c.pages[0] for c in chunks} == {
+        1,
+        2,
+        3,
+    }
+    assert all(f"page {c.pages[0]}." in c.text for c in chunks)
