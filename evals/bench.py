@@ -10,7 +10,7 @@ model, one JSON line per item and a summary line with the recall curves (@1, @5,
   model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
   recall stops growing there; below ``ranking``'s where a quote lies on another page than the gold one.
 
-Timings split ranking (the model's scoring), reading (the evidence jobs) and the document's load.
+Timings split ranking (by words), the local model's prefill and decode, and the document's load.
 """
 
 from __future__ import annotations
@@ -100,7 +100,8 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
         read=[_read(j, e) for j, e in zip(result.jobs, result.evidence, strict=False)],
         answer=result.answer[:300],
         rank_s=round(result.timings.get("rank_s", 0.0), 2),
-        read_s=round(result.timings.get("local_s", 0.0) - result.timings.get("rank_s", 0.0), 2),
+        prefill_s=round(result.timings.get("local_prefill_s", 0.0), 2),
+        decode_s=round(result.timings.get("local_decode_s", 0.0), 2),
         wall_s=round(result.timings.get("total_s", 0.0), 2),
         error=result.error,
     )
@@ -147,7 +148,8 @@ def evidence_bench(data: str | Path, config: EvidenceBenchConfig) -> Iterator[di
     }
     for key in ("pages_bm25", "rag", "ranking", "shown"):
         summary[key] = _curve(lines, key)
-    walls = [line["wall_s"] for line in lines if "wall_s" in line]
-    if walls:
-        summary["wall_s_median"] = sorted(walls)[len(walls) // 2]
+    for key in ("wall_s", "rank_s", "prefill_s", "decode_s"):
+        values = sorted(line[key] for line in lines if key in line)
+        if values:
+            summary[f"{key}_median"] = values[len(values) // 2]
     yield summary

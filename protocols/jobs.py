@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from minions.backends.base import Backend, OnResult, error_result
+from minions.backends.base import OnResult, error_result
 from minions.chunking import Chunk
 from minions.errors import BackendError
-from minions.events import CancelToken, JobFailed, JobFinished, JobStarted, emit
+from minions.events import JobFailed, JobFinished, JobStarted, emit
 from minions.loops import repeating
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
 
@@ -89,17 +89,23 @@ def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
     return params.with_(json_schema=quote_schema(job.options)) if ctx.local.capabilities.json_schema else params
 
 
-def _call(
-    backend: Backend, requests: list[ChatRequest], cancel: CancelToken | None, on_result: OnResult
-) -> list[ChatResult]:
-    """``backend.batch``, where a backend that dies takes down its jobs, not the run."""
+def _call(ctx: RunContext, requests: list[ChatRequest], on_result: OnResult) -> list[ChatResult]:
+    """``ctx.local.batch``, where a backend that dies takes down its jobs, not the run. The time the batch spent in
+    prefill and in decode (where the backend tells: the local engine does) adds up in ``ctx.timings``."""
     if not requests:
         return []
-    try:
-        return backend.batch(requests, on_result=on_result, cancel=cancel)
-    except BackendError as exc:
-        log.warning("local batch of %d jobs failed: %s", len(requests), exc)
-        return [error_result(backend.name, exc) for _ in requests]
+    backend = ctx.local
+    with ctx.timed("local"):
+        try:
+            results = backend.batch(requests, on_result=on_result, cancel=ctx.cancel)
+        except BackendError as exc:
+            log.warning("local batch of %d jobs failed: %s", len(requests), exc)
+            return [error_result(backend.name, exc) for _ in requests]
+    batch = next((r.stats["batch"] for r in results if isinstance(r.stats.get("batch"), dict)), None)
+    if batch is not None:
+        for key in ("prefill_s", "decode_s"):
+            ctx.timings[f"local_{key}"] = ctx.timings.get(f"local_{key}", 0.0) + float(batch.get(key, 0.0))
+    return results
 
 
 def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
@@ -175,8 +181,7 @@ def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Out
         outcomes[i] = (result, *_parse(jobs[i], result))
         _announce(ctx, jobs[i], outcomes[i], attempt)
 
-    with ctx.timed("local"):
-        results = _call(ctx.local, requests, ctx.cancel, on_result)
+    results = _call(ctx, requests, on_result)
     for i, r in enumerate(results):
         ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
         if i not in outcomes:  # a backend that failed as a whole never reported its jobs one by one
@@ -223,8 +228,7 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
             outcomes[i] = _scored(jobs[i], [results_of[i][key] for key in sorted(results_of[i])])
             _announce(ctx, jobs[i], outcomes[i], attempt)
 
-    with ctx.timed("local"):
-        results = _call(ctx.local, requests, ctx.cancel, on_result)
+    results = _call(ctx, requests, on_result)
     for k, r in enumerate(results):
         ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
         if k not in results_of[plan[k][0]]:  # a backend that failed as a whole never reported one by one

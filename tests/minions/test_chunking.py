@@ -269,7 +269,7 @@ def test_invalid_arguments(by: str, size: int, overlap: int, message: str) -> No
 
 
 def test_chars_never_cross_a_page_break() -> None:
-    pages = [("Sentence on page %d. " % n) * 30 for n in (1, 2, 3)]
+    pages = [f"Sentence on page {n}. " * 30 for n in (1, 2, 3)]
     doc = paged_document(pages)
     chunks = chunk_document(doc, "chars", 400)
     check_invariants(doc, chunks)
