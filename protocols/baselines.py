@@ -19,7 +19,7 @@ from .aggregate import Finding, aggregate, locate, verify_citation
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
 from .prompts import render
-from .ranking import lexical_rank
+from .ranking import lexical_rank, word_order
 from .reading import chunk_evidence, evidence, read
 from .result import Citation, Evidence
 from .schemas import Answer
@@ -126,9 +126,17 @@ class LocalOnly(BaseProtocol):
         passed = reading.passed_on(o.read_chunks)
         ctx.evidence = evidence(passed, findings)
         by_job = {f.job_id: f for f in findings if f.citation is not None}
-        quoted = [by_job[j.job_id] for _, j in passed if j.job_id in by_job]
+        quoted = best_quotes([by_job[j.job_id] for _, j in passed if j.job_id in by_job], ctx.task)
         ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
         ctx.best_answer = local_answer(quoted, read=len(reading.jobs), chunks=len(chunks))
+
+
+def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
+    """``findings`` (in their chunks' rank order) re-ordered by how well their quotes alone match ``question``
+    (``ranking.word_order`` over the quotes; ties keep the chunks' order): the answer is a sentence, and a
+    sentence that holds the question's terms beats one from a chunk that holds them elsewhere."""
+    texts = [f.citation.text if f.citation is not None else "" for f in findings]
+    return [findings[i] for i, _ in word_order(texts, question)]
 
 
 def local_answer(findings: Sequence[Finding], *, read: int, chunks: int) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from .retrieval import BM25, asks_for_quantity, figure_share
+from .ranking import word_order
+from .retrieval import figure_share
 
 __all__ = ["NONE", "Span", "answer_spans", "candidates", "quote_schema", "spans"]
 
@@ -113,15 +114,10 @@ def spans(text: str) -> list[Span]:
 
 
 def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:
-    """The ``k`` spans of ``chunk`` that BM25 ranks best for ``question`` (plus their share of figures when it
-    asks for a quantity), best first; ties in document order."""
+    """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``), best first;
+    ties in document order."""
     all_spans = [s for s in spans(chunk.text) if len(s.text) >= 3]
-    if not all_spans:
-        return []
-    bm25 = BM25([s.text for s in all_spans])
-    quantity = asks_for_quantity(question)
-    score = [bm25.score(question, i) + (figure_share(s.text) if quantity else 0.0) for i, s in enumerate(all_spans)]
-    return [all_spans[i] for i in sorted(range(len(all_spans)), key=lambda i: (-score[i], i))[:k]]
+    return [all_spans[i] for i, _ in word_order([s.text for s in all_spans], question)[:k]]
 
 
 def answer_spans(quote: str) -> list[str]:

@@ -18,7 +18,7 @@ from minions.chunking import Chunk
 
 from .retrieval import BM25, asks_for_quantity, figure_share
 
-__all__ = ["FIGURE_WEIGHT", "Ranked", "fused_order", "lexical_rank"]
+__all__ = ["FIGURE_WEIGHT", "Ranked", "fused_order", "lexical_rank", "word_order"]
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +40,25 @@ class Ranked:
     """The local model's log-odds that the chunk answers the question; None when it did not read it."""
 
 
-def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
-    """Every chunk, ranked by BM25 over ``query`` with the figure prior when ``question`` (default: the query)
-    asks for a quantity. Ties keep document order."""
-    if not chunks:
+def word_order(texts: Sequence[str], query: str, *, question: str | None = None) -> list[tuple[int, float]]:
+    """``texts`` ranked by BM25 over ``query``, times the figure prior when ``question`` (default: the query) asks
+    for a quantity: (index, score), best first; ties keep their order."""
+    if not texts:
         return []
-    bm25 = BM25([c.text for c in chunks])
+    bm25 = BM25(texts)
     quantity = asks_for_quantity(question if question is not None else query)
     scores = []
-    for i, c in enumerate(chunks):
+    for i, text in enumerate(texts):
         s = bm25.score(query, i)
         if quantity:
-            s *= 1 + FIGURE_WEIGHT * min(figure_share(c.text), FIGURE_CAP)
+            s *= 1 + FIGURE_WEIGHT * min(figure_share(text), FIGURE_CAP)
         scores.append(s)
-    order = sorted(range(len(chunks)), key=lambda i: (-scores[i], i))
-    return [Ranked(chunks[i], scores[i], scores[i]) for i in order]
+    return sorted(((i, s) for i, s in enumerate(scores)), key=lambda item: (-item[1], item[0]))
+
+
+def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
+    """Every chunk, ranked by ``word_order``."""
+    return [Ranked(chunks[i], s, s) for i, s in word_order([c.text for c in chunks], query, question=question)]
 
 
 def fused_order(model_scores: Sequence[float], *, weight: float = 1.0) -> list[tuple[int, float]]:

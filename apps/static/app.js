@@ -218,7 +218,8 @@ function runSummary(r, meta) {
   const ok = r.jobs.filter((j) => j.ok).length;
   const parts = [`${r.protocol}`, `${r.rounds} round${r.rounds === 1 ? "" : "s"}`];
   if (r.jobs.length) parts.push(`${r.jobs.length} local job${r.jobs.length === 1 ? "" : "s"} (${ok} ok)`);
-  parts.push(`local ${meta.local}`, `remote ${meta.remote || meta.local + " (local)"}`);
+  if (r.reading && r.reading.chunks) parts.push(`read ${r.reading.read} of ${r.reading.chunks} passages`);
+  parts.push(`local ${meta.local}`, `remote ${meta.remote || "none"}`);
   if (r.timings && r.timings.total_s) parts.push(`${r.timings.total_s.toFixed(1)} s`);
   return parts.join(" · ");
 }
@@ -287,7 +288,7 @@ function renderEgress(r, meta) {
   if (r.local_egress) said.push(r.local_egress);
   const label = said.length
     ? `Egress: ${said.join("; ")}`
-    : `Egress: nothing left this device${meta.remote_leaves_device ? "" : ` (the remote part ran on ${meta.local})`}`;
+    : `Egress: nothing left this device${meta.remote && !meta.remote_leaves_device ? ` (the remote model ${meta.remote} runs on this device)` : ""}`;
   const details = el("details", { class: "more egress" }, el("summary", { text: label }));
   for (const e of records) {
     details.append(el("div", { class: "egress-record" },

@@ -142,3 +142,30 @@ def test_without_a_remote_model_the_page_offers_local_and_says_why_the_others_ar
         assert select.get_attribute("value") == "minions" and all(on for on, _ in offered().values())
         remote.send_keys(Keys.CONTROL, "a", Keys.BACKSPACE)
         assert select.get_attribute("value") == "local" and not offered()["minions"][0]
+
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md"
+
+
+def test_a_newcomers_first_question_on_the_real_model_gets_the_sentence_and_its_place(
+    browser: Any, make_app: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Default settings, no remote model, the embedded SmolLM2: the first question about the demo report."""
+    from minions.backends.llamacpp import LlamaCppBackend
+
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    with LiveServer(make_app(LlamaCppBackend(n_ctx=4096), None)) as server:
+        open_page(browser, server.url + "/")
+        css(browser, "#doc-upload")[0].send_keys(str(DEMO))
+        wait(browser, lambda d: css(d, "#doc-list .doc"))
+        css(browser, "#question")[0].send_keys("What was Northwind's total revenue in 2025?")
+        css(browser, "#ask")[0].click()
+        answer = wait(browser, lambda d: css(d, '.msg.assistant[data-status="ok"]'), timeout=240)[0]
+
+        text = css(answer, ".answer-text")[0].text
+        assert "Total revenue for 2025 was $31.8 million" in text and "northwind-annual-report-2025.md, line" in text
+        chips = css(answer, ".citation")
+        assert chips and chips[0].text.startswith("[1] northwind-annual-report-2025.md line ")
+        assert "nothing left this device" in answer.text.lower() or not css(answer, ".egress pre")
+        browser.save_screenshot(str(tmp_path / "first-question.png"))
+        (Path("/tmp") / "minions-first-question.png").write_bytes((tmp_path / "first-question.png").read_bytes())
