@@ -120,6 +120,20 @@ def test_local_answers_with_the_sentence_that_holds_the_fact(local, doc):
     assert all(j.ok and j.score is not None for j in result.jobs)  # scored through log-probabilities
 
 
+def test_a_local_model_behind_a_server_on_loopback_is_on_this_device(openai_server, doc):
+    """Local reading through the OpenAI SDK and the real server on 127.0.0.1: on this device by its address, so
+    nothing is recorded as leaving and nothing is priced."""
+    from minions.backends.openai import OpenAIBackend
+
+    local = OpenAIBackend(
+        "smollm2", base_url=openai_server, context_window=4096, timeout=60, json_schema_style="json_object"
+    )
+    result = LocalOnly(local, chunk_size=400).run(TASK, [doc])
+
+    assert local.capabilities.local and result.usage["local"].calls > 0
+    assert result.egress == () and result.local_egress is None and result.cost_usd == 0
+
+
 def test_the_demo_question_is_answered_from_its_sentence(local):
     result = LocalOnly(local).run(
         "What was Northwind's total revenue in 2025, and how did it change from 2024?", [load_document(DEMO)]
