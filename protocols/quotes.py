@@ -28,14 +28,20 @@ __all__ = ["NONE", "Span", "answer_spans", "candidates", "quote_schema", "spans"
 NONE = "none"
 """What a job replies when no candidate answers."""
 MAX_CANDIDATES = 8
+MIN_QUOTE_WORDS = 4
+"""Shorter spans ("Mr.") and headings are offered only when a chunk has nothing else: they answer nothing."""
 MAX_SPAN_CHARS = 280
 MIN_SPAN_CHARS = 40
-"""Where a long span is cut, no piece is shorter than this."""
+"""A shorter line joins the text after it; where a long span is cut, no piece is shorter than this."""
 FIGURE_LINE = 0.6
 """A line at least this share of whose tokens are figures is the values of the line before it."""
 MAX_ANSWERS = 6
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
+_ABBREVIATION = re.compile(
+    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Inc|Ltd|Co|Corp|No|Nos|Fig|Figs|Eq|Vol|vs|al|approx|e\.g|i\.e|etc)|\b[A-Z])\.$"
+)
+"""Words whose full stop does not end a sentence ("Mr. Williams", "e.g. this", "J. Smith")."""
 _NEW_ITEM = re.compile(r"[ \t]*(?:[|*•#>-]|\d+[.)][ \t])")
 WRAPPED_LINE = 50
 """A line at least this long, followed by one line break, is prose wrapped at the page width: the sentence goes
@@ -74,7 +80,8 @@ def _line_breaks(text: str) -> list[tuple[int, int]]:
 
 def _pieces(text: str) -> list[tuple[int, int]]:
     """Sentences, lines and table cells of ``text`` as (start, end), stripped, none empty."""
-    breaks = sorted([*_line_breaks(text), *((m.start(), m.end()) for m in _SENTENCE_END.finditer(text))])
+    ends = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(text) if not _ABBREVIATION.search(text, 0, m.start())]
+    breaks = sorted([*_line_breaks(text), *ends])
     out, at = [], 0
     for start, end in [*breaks, (len(text), len(text))]:
         if start < at:
@@ -98,26 +105,47 @@ def _cut(start: int, end: int, text: str) -> list[tuple[int, int]]:
     return [*out, (start, end)]
 
 
+def _leads(piece: str) -> bool:
+    """A short line that is not a sentence (a heading, a label) introduces what follows it."""
+    flat = _collapse(piece)
+    return len(flat) < MIN_SPAN_CHARS and not flat.rstrip("*_ ").endswith((".", "!", "?"))
+
+
 def spans(text: str) -> list[Span]:
-    """``text`` as quotable spans: sentences and lines; a line of figures joins the line before it (a table row:
-    its label, then its values); long spans are cut; each at most ``MAX_SPAN_CHARS`` characters once its
-    whitespace is collapsed."""
+    """``text`` as quotable spans: sentences and lines; a short line (a heading, a row's label) joins the text after
+    it, and a line of figures joins the line before it (a table row: its label, then its values); long spans are
+    cut; each at most ``MAX_SPAN_CHARS`` characters once its whitespace is collapsed."""
     merged: list[tuple[int, int]] = []
+    lead = False  # the last span is a short line that introduces the next one
     for start, end in _pieces(text):
-        if merged and figure_share(text[start:end]) >= FIGURE_LINE:
+        if merged and (lead or figure_share(text[start:end]) >= FIGURE_LINE):
             s0, _ = merged[-1]
             if len(_collapse(text[s0:end])) <= MAX_SPAN_CHARS:
                 merged[-1] = (s0, end)
+                lead = _leads(text[s0:end])
                 continue
         merged.append((start, end))
+        lead = _leads(text[start:end])
     return [Span(s, e, _collapse(text[s:e])) for start, end in merged for s, e in _cut(start, end, text)]
 
 
 def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:
     """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``), best first;
     ties in document order."""
-    all_spans = [s for s in spans(chunk.text) if len(s.text) >= 3]
+    found = spans(chunk.text)
+    all_spans = [s for s in found if _statement(s.text)] or [s for s in found if len(s.text) >= 3]
     return [all_spans[i] for i, _ in word_order([s.text for s in all_spans], question)[:k]]
+
+
+def _statement(text: str) -> bool:
+    """Whether a span can state a fact: a sentence, a table row or a long line of at least ``MIN_QUOTE_WORDS``
+    words; not a heading ("**CT Spine scan (09/30/2018): **", "Evaluation")."""
+    words = text.split()
+    return len(words) >= MIN_QUOTE_WORDS and (
+        text.rstrip("*_ ").endswith((".", "!", "?", '"', "”", ")"))
+        or figure_share(text) > 0
+        or len(text) >= WRAPPED_LINE
+    )
 
 
 def answer_spans(quote: str) -> list[str]:
