@@ -27,7 +27,7 @@ from .jobs import Job, run_jobs
 from .prompts import render
 from .reading import chunk_evidence
 from .result import Citation, Evidence, JobRecord, RoundRecord
-from .schemas import Decision, JobSpec, Plan
+from .schemas import MAX_INSTRUCTION_CHARS, Decision, JobSpec, Plan
 from .scope import bound_jobs, check_plan, chunks_in_scope
 
 __all__ = ["Minions"]
@@ -89,7 +89,8 @@ class Minions(BaseProtocol):
             if not ctx.options.fallback_plan:
                 raise
             ctx.notice(f"No usable plan ({exc}); running the task as one retrieval job instead.")
-            task = ctx.remote.restore(ctx.task)
+            # the user's own question, cut to what an instruction may hold (people paste context into questions)
+            task = ctx.remote.restore(ctx.task)[:MAX_INSTRUCTION_CHARS]
             return Plan(
                 jobs=[JobSpec(instruction=task, scope="retrieve", query=task)], chunk_size=ctx.options.chunk_size
             )

@@ -10,9 +10,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from .options import DEFAULT_CHUNK_SIZE
 from .parsing import as_answer
 
-__all__ = ["JOB_OUTPUT_SCHEMA", "Answer", "Decision", "JobOutput", "JobSpec", "MinionTurn", "Plan", "response_schema"]
+__all__ = [
+    "JOB_OUTPUT_SCHEMA",
+    "MAX_INSTRUCTION_CHARS",
+    "Answer",
+    "Decision",
+    "JobOutput",
+    "JobSpec",
+    "MinionTurn",
+    "Plan",
+    "response_schema",
+]
 
 Scope = Literal["all", "pages", "sections", "retrieve"]
+MAX_INSTRUCTION_CHARS = 1500
 
 
 class _Strict(BaseModel):
@@ -28,7 +39,7 @@ class _Strict(BaseModel):
 class JobSpec(_Strict):
     """One instruction for the local model, and which chunks it runs over."""
 
-    instruction: str = Field(min_length=3, max_length=1500)
+    instruction: str = Field(min_length=3, max_length=MAX_INSTRUCTION_CHARS)
     scope: Scope = "all"
     documents: list[str] = Field(default_factory=list, description="names; empty means every document")
     pages: list[list[int]] = Field(default_factory=list, description="[first, last] page ranges, 1-based")

@@ -115,3 +115,15 @@ def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(
     fact_job = next(j for j in result.jobs if j.citation == FACT)
     assert fact_job.score is not None and fact_job.score > 0
     assert all(j.score is not None and j.score < 0 for j in result.jobs if j is not fact_job)
+
+
+def test_a_question_with_pasted_context_works_locally_and_in_the_minions_fallback(local, doc):
+    question = "What was revenue in fiscal 2023? " + "Context pasted by the user. " * 80
+    assert len(question) > 1500
+    result = LocalOnly(local).run(question, [doc])
+    assert result.complete and FACT in result.answer
+    planner = ScriptedBackend("scripted/remote", responder=lambda m, p: "no plan today")
+    from minions.protocols import Minions
+
+    result = Minions(local, planner, fallback_plan=True, max_rounds=1, max_retries=0).run(question, [doc])
+    assert result.jobs and any(j.citation == FACT for j in result.jobs)
