@@ -66,9 +66,10 @@ def locate(quote: str, chunk: Chunk, doc: Document | None) -> Citation:
     """A citation for ``quote`` with its provenance: the page where it starts, or its line in a document
     without pages (when it can be found; else the chunk's pages)."""
     quote = quote.strip()
-    found = find_quote(quote, chunk.text) or find_quote(quote[:60], chunk.text)
+    whole = find_quote(quote, chunk.text)
+    found = whole or find_quote(quote[:60], chunk.text)
     start = chunk.start + found[0] if found else None
-    end = chunk.start + found[1] if found and find_quote(quote, chunk.text) else None
+    end = chunk.start + whole[1] if whole else None
     pages, line = tuple(chunk.pages), None
     if start is not None and doc is not None:
         if doc.pages:

@@ -25,8 +25,8 @@ from .base import BaseProtocol, describe_documents, to_json
 from .context import RunCancelled, RunContext
 from .jobs import Job, run_jobs
 from .prompts import render
-from .reading import chunk_evidence
-from .result import Citation, Evidence, JobRecord, RoundRecord
+from .reading import finding_evidence
+from .result import Citation, JobRecord, RoundRecord
 from .schemas import MAX_INSTRUCTION_CHARS, Decision, JobSpec, Plan
 from .scope import bound_jobs, check_plan, chunks_in_scope
 
@@ -150,7 +150,7 @@ class Minions(BaseProtocol):
             for f in found
         ]
         state.findings.extend(found)
-        ctx.evidence = [_shown(f, state.chunks[f.job_id]) for f in state.findings]
+        ctx.evidence = [finding_evidence(f, state.chunks[f.job_id]) for f in state.findings]
         if state.findings:
             ctx.best_answer = best_answer(state.findings)
             ctx.citations = _citations(state.findings, [])
@@ -191,14 +191,6 @@ def _citations(findings: Sequence[Finding], evidence: Sequence[int]) -> list[Cit
     chosen = [f for f in findings if f.id in set(evidence)] or list(findings)
     unique = {(c.document, c.start, c.text): c for f in chosen if (c := f.citation) is not None}
     return list(unique.values())[:MAX_CITATIONS]
-
-
-def _shown(finding: Finding, chunk: Chunk) -> Evidence:
-    """What the remote model is shown of a finding: its quote, with its place (or, without one, its chunk's)."""
-    c = finding.citation
-    if c is not None:
-        return Evidence(c.document, c.text, c.start, c.end, c.pages, "quote")
-    return chunk_evidence(chunk)
 
 
 def _log_round(ctx: RunContext, round_: int, records: Sequence[JobRecord], decision: Decision) -> None:

@@ -10,7 +10,6 @@ A small model reads only what ranks best: the rest is skipped, and the ranking s
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,8 +18,6 @@ from minions.chunking import Chunk
 from .retrieval import BM25, asks_for_quantity, figure_share
 
 __all__ = ["FIGURE_WEIGHT", "Ranked", "fused_order", "lexical_rank", "word_order"]
-
-log = logging.getLogger(__name__)
 
 FIGURE_WEIGHT = 4.0
 """A chunk whose tokens are all figures (capped at half) scores up to 1 + FIGURE_WEIGHT / 2 times its BM25 score."""
@@ -35,7 +32,6 @@ class Ranked:
 
     chunk: Chunk
     score: float
-    lexical: float
     model: float | None = None
     """The local model's log-odds that the chunk answers the question; None when it did not read it."""
 
@@ -58,7 +54,7 @@ def word_order(texts: Sequence[str], query: str, *, question: str | None = None)
 
 def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
     """Every chunk, ranked by ``word_order``."""
-    return [Ranked(chunks[i], s, s) for i, s in word_order([c.text for c in chunks], query, question=question)]
+    return [Ranked(chunks[i], s) for i, s in word_order([c.text for c in chunks], query, question=question)]
 
 
 def fused_order(model_scores: Sequence[float], *, weight: float = 1.0) -> list[tuple[int, float]]:

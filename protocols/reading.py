@@ -27,7 +27,7 @@ from .jobs import Job, run_jobs, scores_sentences
 from .ranking import Ranked, lexical_rank
 from .result import Evidence, JobRecord
 
-__all__ = ["RANKED_SHOWN", "Reading", "chunk_evidence", "evidence", "read"]
+__all__ = ["RANKED_SHOWN", "Reading", "chunk_evidence", "evidence", "finding_evidence", "read"]
 
 RANKED_SHOWN = 20
 """The head of the ranking kept in ``RunContext.reading["ranked"]`` (document, chunk index), best first."""
@@ -42,10 +42,8 @@ class Reading:
         self.records = records
 
     def passed_on(self, k: int) -> list[tuple[Ranked, Job]]:
-        """The best ``k`` chunks that a job read, with their job."""
-        by_chunk = {(j.chunk.document, j.chunk.index): j for j in self.jobs}
-        read = [(r, by_chunk.get((r.chunk.document, r.chunk.index))) for r in self.ranked]
-        return [(r, j) for r, j in read if j is not None][:k]
+        """The best ``k`` chunks that a job read, with their job (the jobs read the head of the ranking, in order)."""
+        return list(zip(self.ranked, self.jobs, strict=False))[:k]
 
 
 def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str | None = None) -> Reading:
@@ -76,15 +74,15 @@ def chunk_evidence(chunk: Chunk, *, kind: str = "chunk", score: float | None = N
     return Evidence(chunk.document, chunk.text, chunk.start, chunk.end, tuple(chunk.pages), kind, score)
 
 
+def finding_evidence(finding: Finding | None, chunk: Chunk, score: float | None = None) -> Evidence:
+    """What is shown of a job over ``chunk``: its quote, with its place, when it found one; else the chunk."""
+    c = finding.citation if finding is not None else None
+    if c is None:
+        return chunk_evidence(chunk, score=score)
+    return Evidence(c.document, c.text, c.start, c.end, c.pages, "quote", score)
+
+
 def evidence(passed: Sequence[tuple[Ranked, Job]], findings: Sequence[Finding]) -> list[Evidence]:
     """What is passed on, best first: each chunk's quote when its job found one, else the chunk."""
     by_job = {f.job_id: f for f in findings}
-    out = []
-    for r, job in passed:
-        f = by_job.get(job.job_id)
-        c = f.citation if f is not None else None
-        if c is not None:
-            out.append(Evidence(c.document, c.text, c.start, c.end, c.pages, "quote", r.score))
-        else:
-            out.append(chunk_evidence(r.chunk, score=r.score))
-    return out
+    return [finding_evidence(by_job.get(job.job_id), r.chunk, r.score) for r, job in passed]
