@@ -122,12 +122,23 @@ class BaseBackend:
     def batch(
         self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
     ) -> list[ChatResult]:
+        return self._run_batch(requests, self._chat, on_result, cancel)
+
+    def _run_batch(
+        self,
+        requests: Sequence[ChatRequest],
+        call: Callable[[list[Message], SamplingParams], ChatResult],
+        on_result: OnResult | None,
+        cancel: CancelToken | None,
+    ) -> list[ChatResult]:
+        """``call`` for every job, ``max_concurrency`` at a time, in order; a ``BackendError`` becomes its result."""
+
         def one(i: int) -> ChatResult:
             req = requests[i]
             if cancel is not None and cancel.cancelled:
                 return cancelled_result(self.name)
             try:
-                result = self._chat(list(req.messages), req.params)
+                result = call(list(req.messages), req.params)
             except BackendError as exc:
                 log.warning("job %d failed on %s: %s", i, self.name, exc)
                 result = error_result(self.name, exc)

@@ -3,8 +3,17 @@
 The server runs on this machine by default (``http://127.0.0.1:11434``); ``OLLAMA_HOST`` may name another one.
 Whether it is on this device (``capabilities.local``) follows from the host (``backends.address``): text sent
 to another host leaves the machine, and the protocols record it. Ollama reports its own token
-counts and timings (in nanoseconds), which become the result's usage and timings. The context window is
-sent with every request (``num_ctx``), since Ollama otherwise truncates prompts at its own small default.
+counts and timings (in nanoseconds), which become the result's usage and timings.
+
+Ollama cuts a prompt longer than its context window (``num_ctx``, 2048-4096 tokens by default) without a word,
+so every request carries a ``num_ctx`` that fits the prompt and the reply (``context_for``): at least the
+backend's ``context_window``, more for a longer prompt, in steps of ``CONTEXT_STEP`` so that a batch's jobs
+share one value (Ollama reloads the model when it changes). A prompt beyond what the model was trained for
+(``/api/show``) is a ``ContextLengthError``, never a truncated reply.
+
+``batch`` sends its jobs concurrently, at most ``OLLAMA_NUM_PARALLEL`` at once (the variable the server reads
+for the same purpose; default ``DEFAULT_NUM_PARALLEL``), after one ``/api/show`` that says whether the model is
+there (``ollama pull NAME`` if not) and how long its context is.
 
 Something else listening at the host (a web server, a proxy's error page) answers with a body the ``ollama``
 client cannot read: that is a ``MalformedResponseError`` that names the host and shows what came back.
@@ -17,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -28,23 +37,49 @@ from minions.errors import (
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
+    ConfigError,
+    ContextLengthError,
     MalformedResponseError,
     MinionsError,
     ModelNotFoundError,
 )
+from minions.events import CancelToken
 from minions.tokens import count_tokens
-from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
-from .base import BaseBackend, Capabilities, MessagesLike
+from .base import BaseBackend, Capabilities, MessagesLike, OnResult
 from .wire import first_error, glimpse
 
-__all__ = ["DEFAULT_HOST", "OllamaBackend"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 NS = 1e9
+
+NUM_PARALLEL_ENV = "OLLAMA_NUM_PARALLEL"
+DEFAULT_NUM_PARALLEL = 4
+"""Jobs of a batch in flight at once when ``OLLAMA_NUM_PARALLEL`` is unset (Ollama's own default when memory
+allows; a server that takes fewer queues the rest)."""
+CONTEXT_STEP = 4096
+"""``num_ctx`` grows in steps of this many tokens."""
+TOKEN_MARGIN = 1.3
+"""Our token count is tiktoken's; the model's own tokenizer may count more (Llama, Qwen and Gemma tokenizers
+count up to about a quarter more on English and figures), so the count is raised by this factor."""
+MESSAGE_OVERHEAD = 8
+"""Tokens the chat template adds per message (role markers)."""
+
+
+def num_parallel() -> int:
+    """``OLLAMA_NUM_PARALLEL``, else ``DEFAULT_NUM_PARALLEL``."""
+    value = os.environ.get(NUM_PARALLEL_ENV, "").strip()
+    if not value:
+        return DEFAULT_NUM_PARALLEL
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{NUM_PARALLEL_ENV}={value!r} is not a number of jobs: set it to one, e.g. 4.")
+    return int(value)
+
 
 _FAILURES = (ollama.ResponseError, ConnectionError, httpx.TransportError)
 # What the ollama client raises when a body is not Ollama's: not JSON (JSONDecodeError, a ValueError), JSON
@@ -64,16 +99,20 @@ class OllamaBackend(BaseBackend):
         transport: httpx.BaseTransport | None = None,
         context_window: int = 8192,
         timeout: float | None = 600.0,
+        parallel: int | None = None,
     ) -> None:
         self.model = model
         self.name = f"ollama/{model}"
         self.host = host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
         self.address = self.host
         self.timeout = timeout
+        self.max_concurrency = parallel if parallel is not None else num_parallel()
+        self._checked = False  # whether /api/show was asked (once per backend)
+        self._trained_context: int | None = None  # the model's own context length, from /api/show
         self.capabilities = Capabilities(
             json_schema=True,
             logprobs=False,
-            batching=False,
+            batching=self.max_concurrency > 1,
             streaming=True,
             local=on_this_device(self.address),
             context_window=context_window,
@@ -86,13 +125,54 @@ class OllamaBackend(BaseBackend):
     def _saw(self, response: httpx.Response) -> None:
         self._seen.content_type = response.headers.get("content-type")
 
-    def _request(self, messages: list[Message], params: SamplingParams) -> dict[str, Any]:
-        """The keyword arguments of ``ollama.Client.chat`` for one call."""
+    def needed_tokens(self, messages: Sequence[Message], params: SamplingParams) -> int:
+        """Tokens the prompt and the reply may take, counted generously (see ``TOKEN_MARGIN``)."""
+        prompt = sum(count_tokens(m.content, self.model) + MESSAGE_OVERHEAD for m in messages)
+        return int(prompt * TOKEN_MARGIN) + params.max_tokens
+
+    def context_for(self, needed: int) -> int:
+        """The ``num_ctx`` for a job of ``needed`` tokens: ``context_window``, or more in steps of ``CONTEXT_STEP``.
+        More than the model was trained for is a ``ContextLengthError``."""
+        window = self.capabilities.context_window
+        num_ctx = window if needed <= window else -(-needed // CONTEXT_STEP) * CONTEXT_STEP
+        trained = self._trained_context
+        if trained is not None and num_ctx > trained:
+            if needed > trained:
+                raise ContextLengthError(
+                    f"The prompt needs about {needed} tokens but {self.model} on Ollama at {self.host} holds "
+                    f"{trained}: send less text, or smaller chunks.",
+                    backend=self.name,
+                )
+            num_ctx = trained
+        return num_ctx
+
+    def check_model(self) -> int | None:
+        """Ask the server about the model once: raises ``ModelNotFoundError`` (run ``ollama pull``) when it is
+        not there; returns its trained context length when the server reports one. A server that cannot say
+        (down, or a proxy that passes only ``/api/chat``) is asked again next time; the call itself will tell."""
+        if self._checked:
+            return self._trained_context
+        try:
+            info = self._client.show(self.model)
+        except (*_FAILURES, *_NOT_OLLAMA) as exc:
+            if isinstance(exc, ollama.ResponseError) and exc.status_code == 404:
+                raise self._translate(exc) from exc
+            log.info("Ollama at %s did not describe %s: %s", self.host, self.model, exc)
+            return None
+        lengths = [v for k, v in (info.modelinfo or {}).items() if k.endswith(".context_length") and isinstance(v, int)]
+        self._trained_context = max(lengths) if lengths else None
+        self._checked = True
+        return self._trained_context
+
+    def _request(self, messages: list[Message], params: SamplingParams, num_ctx: int | None = None) -> dict[str, Any]:
+        """The keyword arguments of ``ollama.Client.chat`` for one call. ``num_ctx`` (a batch's) is used when the
+        job fits it; otherwise the job gets its own."""
+        needed = self.needed_tokens(messages, params)
         options: dict[str, Any] = {
             "temperature": params.temperature,
             "top_p": params.top_p,
             "num_predict": params.max_tokens,
-            "num_ctx": self.capabilities.context_window,
+            "num_ctx": num_ctx if num_ctx is not None and needed <= num_ctx else self.context_for(needed),
         }
         if params.stop:
             options["stop"] = list(params.stop)
@@ -150,14 +230,27 @@ class OllamaBackend(BaseBackend):
             raw=body,
         )
 
-    def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
+    def _chat(self, messages: list[Message], params: SamplingParams, num_ctx: int | None = None) -> ChatResult:
         start = time.perf_counter()
-        request = self._request(messages, params)
+        self.check_model()
+        request = self._request(messages, params, num_ctx)
         try:
             reply = self._client.chat(**request)
         except (*_FAILURES, *_NOT_OLLAMA) as exc:
             raise self._translate(exc) from exc
         return self._result(reply, messages, time.perf_counter() - start)
+
+    def batch(
+        self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
+    ) -> list[ChatResult]:
+        """The jobs, at most ``max_concurrency`` in flight, all with the ``num_ctx`` that fits the longest (one
+        value, so that Ollama keeps one copy of the model loaded). A missing model raises ``ModelNotFoundError``
+        before any job is sent; a job too long for the model fails alone."""
+        trained = self.check_model() if requests else None
+        needed = max((self.needed_tokens(list(r.messages), r.params) for r in requests), default=0)
+        # Sized for the longest job that fits the model; a longer one fails alone, with the reason.
+        num_ctx = self.context_for(min(needed, trained) if trained is not None else needed)
+        return self._run_batch(requests, lambda m, p: self._chat(m, p, num_ctx), on_result, cancel)
 
     def _result(self, reply: ollama.ChatResponse, messages: list[Message], seconds: float) -> ChatResult:
         text = reply.message.content or ""

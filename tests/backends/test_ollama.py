@@ -34,6 +34,8 @@ CHAT_REPLY: dict[str, Any] = {
     "eval_duration": 2_000_000_000,
 }
 
+SHOW_REPLY: dict[str, Any] = {"details": {"family": "llama"}, "model_info": {"llama.context_length": 131072}}
+
 
 def make_backend(handler: Callable[[httpx.Request], httpx.Response], **kwargs: Any) -> OllamaBackend:
     return OllamaBackend("llama3.2", host=HOST, transport=httpx.MockTransport(handler), **kwargs)
@@ -47,6 +49,8 @@ class Recorder:
         self.requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show" and self.status == 200:
+            return httpx.Response(200, json=SHOW_REPLY)
         self.requests.append(request)
         return httpx.Response(self.status, json=self.body)
 
