@@ -37,7 +37,6 @@ from minions.errors import (
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
-    ConfigError,
     ContextLengthError,
     MalformedResponseError,
     MinionsError,
@@ -49,6 +48,7 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 
 from .address import on_this_device
 from .base import BaseBackend, Capabilities, MessagesLike, OnResult
+from .settings import count_from_env
 from .wire import first_error, glimpse
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel"]
@@ -73,12 +73,7 @@ MESSAGE_OVERHEAD = 8
 
 def num_parallel() -> int:
     """``OLLAMA_NUM_PARALLEL``, else ``DEFAULT_NUM_PARALLEL``."""
-    value = os.environ.get(NUM_PARALLEL_ENV, "").strip()
-    if not value:
-        return DEFAULT_NUM_PARALLEL
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"{NUM_PARALLEL_ENV}={value!r} is not a number of jobs: set it to one, e.g. 4.")
-    return int(value)
+    return count_from_env(NUM_PARALLEL_ENV, DEFAULT_NUM_PARALLEL, "jobs")
 
 
 _FAILURES = (ollama.ResponseError, ConnectionError, httpx.TransportError)

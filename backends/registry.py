@@ -9,6 +9,8 @@ Spellings:
 - ``ollama/llama3.2``
 - ``openai-compatible/<model>@<base_url>``: any OpenAI-compatible server, e.g.
   ``openai-compatible/smollm2@http://127.0.0.1:8080/v1`` (the model name may itself contain ``/``)
+- ``openai-compatible/<model>@<url>,<url>,...``: the same model on several servers, jobs spread over them
+  (``backends.fleet``)
 
 ``MINIONS_LOCAL`` and ``MINIONS_REMOTE`` name the default local and remote models.
 """
@@ -58,11 +60,16 @@ def _openai_compatible(spec: str) -> Backend:
     from .openai import OpenAIBackend, Provider
 
     model, sep, base_url = spec.rpartition("@")
-    if not sep or not model or not base_url.startswith(("http://", "https://")):
+    urls = [u.strip() for u in base_url.split(",")]
+    if not sep or not model or not all(u.startswith(("http://", "https://")) for u in urls):
         raise UnknownProviderError(
-            f"openai-compatible needs a model and a URL: openai-compatible/<model>@<base_url>, got {spec!r} "
-            "(e.g. openai-compatible/smollm2@http://127.0.0.1:8080/v1)."
+            f"openai-compatible needs a model and a URL: openai-compatible/<model>@<base_url>[,<base_url>...], got "
+            f"{spec!r} (e.g. openai-compatible/smollm2@http://127.0.0.1:8080/v1)."
         )
+    if len(urls) > 1:
+        from .fleet import FleetBackend
+
+        return FleetBackend(model, urls)
     return OpenAIBackend(model, provider=Provider("openai-compatible", base_url, key_env=None))
 
 

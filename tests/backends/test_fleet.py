@@ -1,0 +1,149 @@
+"""A fleet of OpenAI-compatible servers: jobs spread over them, bounded per server, a failed server's jobs retried.
+
+The queue logic runs against small OpenAI-compatible servers on 127.0.0.1 (real HTTP, the real ``openai`` SDK);
+the slow test runs two real llama-cpp-python servers and kills one mid-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import pytest
+
+from minions.backends.fleet import FleetBackend
+from minions.backends.registry import resolve
+from minions.errors import UnknownProviderError
+from minions.types import ChatRequest, Message, SamplingParams
+from tests.conftest import ServerStarter
+from tests.loopback import LoopbackServer, serving
+
+
+class EchoServer(LoopbackServer):
+    """Answers every chat completion with the last word of the prompt; counts requests in flight."""
+
+    def __init__(self, delay_s: float = 0.05) -> None:
+        super().__init__(EchoHandler)
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = self.served = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+
+class EchoHandler(BaseHTTPRequestHandler):
+    server: EchoServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.in_flight += 1
+            self.server.peak = max(self.server.peak, self.server.in_flight)
+        time.sleep(self.server.delay_s)  # long enough for the client's workers to overlap
+        with self.server.lock:
+            self.server.in_flight -= 1
+            self.server.served += 1
+        word = body["messages"][-1]["content"].split()[-1]
+        reply = {
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": word}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+        }
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def two() -> Iterator[tuple[EchoServer, EchoServer]]:
+    with serving(EchoServer()) as a, serving(EchoServer()) as b:
+        yield a, b
+
+
+def dead_url() -> str:
+    """A loopback URL where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def jobs(n: int) -> list[ChatRequest]:
+    return [ChatRequest([Message("user", f"job {i}")], SamplingParams(max_tokens=4)) for i in range(n)]
+
+
+def test_spelled_as_openai_compatible_with_several_urls() -> None:
+    fleet = resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,http://127.0.0.1:8002/v1")
+    assert isinstance(fleet, FleetBackend)
+    assert fleet.name == "openai-compatible/smollm2"
+    assert fleet.base_urls == ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1")
+    assert fleet.capabilities.local and fleet.capabilities.batching
+    elsewhere = resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,http://192.0.2.7:8002/v1")
+    assert not elsewhere.capabilities.local  # one server on another machine: prompts leave the device
+    with pytest.raises(UnknownProviderError, match=r"<base_url>\[,<base_url>\.\.\.\]"):
+        resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,h2:8002")
+
+
+def test_jobs_spread_over_the_servers_bounded_per_server(two: tuple[EchoServer, EchoServer]) -> None:
+    a, b = two
+    fleet = FleetBackend("m", [a.base_url, b.base_url], per_server=2)
+    done: list[int] = []
+    results = fleet.batch(jobs(16), on_result=lambda i, r: done.append(i))
+    assert [r.text for r in results] == [str(i) for i in range(16)]
+    assert a.served + b.served == 16 and a.served > 0 and b.served > 0
+    assert max(a.peak, b.peak) <= 2  # never more than per_server in flight on one server
+    assert sorted(done) == list(range(16))
+    assert Counter(r.stats["server"] for r in results) == {a.base_url: a.served, b.base_url: b.served}
+
+
+def test_a_dead_server_loses_no_job(two: tuple[EchoServer, EchoServer]) -> None:
+    a, _ = two
+    fleet = FleetBackend("m", [dead_url(), a.base_url], per_server=3)
+    results = fleet.batch(jobs(9))
+    assert [r.text for r in results] == [str(i) for i in range(9)]
+    assert {r.stats["server"] for r in results} == {a.base_url}
+    assert fleet.chat("one more job").text == "job"  # chat falls over too
+
+
+def test_when_every_server_fails_every_job_says_so() -> None:
+    urls = [dead_url(), dead_url()]
+    results = FleetBackend("m", urls, per_server=2).batch(jobs(5))
+    assert all(r.finish_reason == "error" for r in results)
+    assert all("Every server of openai-compatible/m failed" in (r.error or "") for r in results)
+    assert urls[0] in (results[0].error or "") and urls[1] in (results[0].error or "")
+
+
+@pytest.mark.slow
+def test_two_real_servers_one_killed_mid_batch(start_openai_server: ServerStarter) -> None:
+    with start_openai_server() as (url_a, process_a), start_openai_server() as (url_b, _):
+        fleet = FleetBackend("smollm2", [url_a, url_b], per_server=2, timeout=60.0)
+        answered: list[int] = []
+
+        def kill_after_three(i: int, result: Any) -> None:
+            answered.append(i)
+            if len(answered) == 3:
+                process_a.kill()  # mid-run: server A holds jobs in flight
+
+        params = SamplingParams(max_tokens=6)
+        requests = [ChatRequest([Message("user", f"Say the number {i}.")], params) for i in range(12)]
+        results = fleet.batch(requests, on_result=kill_after_three)
+    assert [r.finish_reason for r in results].count("error") == 0, [r.error for r in results]
+    assert all(r.text.strip() for r in results)
+    served = Counter(r.stats["server"] for r in results)
+    assert served[url_b] > served[url_a]  # B took over A's jobs
