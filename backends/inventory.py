@@ -28,8 +28,8 @@ class ModelInfo:
 
 
 def _local_default() -> ModelInfo:
+    from .llamacpp.quantize import DEFAULT_QUANTIZATION
     from .models import smollm2_path
-    from .quantize import DEFAULT_QUANTIZATION
 
     if importlib.util.find_spec("llama_cpp") is None:
         return ModelInfo(DEFAULT_LOCAL, "local", False, "llama-cpp-python is not installed: run `make setup`")

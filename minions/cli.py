@@ -121,7 +121,7 @@ def cmd_bench_cost(args: argparse.Namespace) -> int:
 def cmd_bench_engine(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from minions.backends.engine_bench import BenchConfig, engine_bench
+    from minions.backends.llamacpp.bench import BenchConfig, engine_bench
 
     changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline")}
     config = replace(BenchConfig(), **{k: v for k, v in changes.items() if v is not None})
@@ -130,7 +130,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
 
 
 def _add_bench_engine_parser(kinds: Any, data_default: str | None) -> None:
-    from minions.backends.engine_bench import BenchConfig
+    from minions.backends.llamacpp.bench import BenchConfig
 
     d = BenchConfig()
     engine = kinds.add_parser(
@@ -149,7 +149,7 @@ def _add_bench_engine_parser(kinds: Any, data_default: str | None) -> None:
 def cmd_bench_speculative(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from minions.backends.speculative.bench import SpecBenchConfig, speculative_bench
+    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
     changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "n_threads", "k_max")}
     if args.batches:
@@ -161,7 +161,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
 
 def _add_bench_speculative_parser(kinds: Any, data_default: str | None) -> None:
-    from minions.backends.speculative.bench import SpecBenchConfig
+    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig
 
     d = SpecBenchConfig()
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")

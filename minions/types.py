@@ -131,6 +131,8 @@ class ChatResult:
     error: str | None = None
     stats: Mapping[str, Any] = field(default_factory=dict)
     """Backend-specific numbers (speculative decoding counters, cache hits, ...)."""
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """The exception a failed job raised, when the backend has one (``error`` is its text, for logs and JSON)."""
 
     @property
     def ok(self) -> bool:

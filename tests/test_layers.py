@@ -57,3 +57,86 @@ def _violations(folder: str) -> list[str]:
 @pytest.mark.parametrize("folder", sorted(LAYER))
 def test_imports_point_one_way(folder: str) -> None:
     assert _violations(folder) == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["minions", *parts]) if parts[0] != "minions" else ".".join(parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function (a lazy import is still a dependency);
+    only imports for type checkers are left out."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _cycles(folder: str) -> list[list[str]]:
+    """Strongly connected groups of more than one module among ``folder``'s modules (Tarjan's algorithm)."""
+    modules = {_module_name(p): p for p in sorted((ROOT / folder).rglob("*.py"))}
+    graph = {m: sorted(n for n in _imports(p, m) if n in modules and n != m) for m, p in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in graph[m]:
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            group = []
+            while True:
+                n = stack.pop()
+                group.append(n)
+                if n == m:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return groups
+
+
+@pytest.mark.parametrize("folder", sorted(LAYER))
+def test_no_import_cycles(folder: str) -> None:
+    assert _cycles(folder) == []
+
+
+def test_cycles_are_found() -> None:
+    """The cycle check itself: two modules importing each other (lazily, in a function) are one group."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=ROOT / "tests") as tmp:
+        folder = Path(tmp)
+        (folder / "a.py").write_text("from . import b\n")
+        (folder / "b.py").write_text("def f():\n    from .a import x\n")
+        (folder / "c.py").write_text("from .a import y\n")
+        assert _cycles(str(folder.relative_to(ROOT))) == [
+            [f"minions.tests.{folder.name}.a", f"minions.tests.{folder.name}.b"]
+        ]

@@ -11,9 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from minions.documents.types import Section
-
-__all__ = ["MAX_TITLE_CHARS", "detect_sections", "sections_from_heads"]
+__all__ = ["MAX_TITLE_CHARS", "Section", "detect_sections", "sections_from_heads"]
 
 MAX_TITLE_CHARS = 120
 
@@ -28,6 +26,15 @@ _CAPS_FRAGMENT = re.compile(r"[A-Z]{1,5}[.:]?")
 # table of contents ("RISK FACTORS 10 / PROPERTIES 12 / ..."), not a set of sections.
 _TOC_RUN = 4
 _TOC_BODY = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A titled stretch of a document's text, as character offsets (``end`` is one past its last character)."""
+
+    title: str
+    start: int
+    end: int
 
 
 @dataclass(frozen=True, slots=True)

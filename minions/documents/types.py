@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from minions.documents.sections import Section, detect_sections
 from minions.errors import EmptyDocumentError
 
 __all__ = ["MARKDOWN_SUFFIXES", "Document", "Page", "Section"]
@@ -26,13 +27,6 @@ class Page:
     """Offset one past its last character (``start == end`` for a page without text)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
-    title: str
-    start: int
-    end: int
-
-
 @dataclass(frozen=True)
 class Document:
     """A loaded document: its full text, and pages and sections as offsets into that text."""
@@ -47,9 +41,6 @@ class Document:
     @classmethod
     def from_text(cls, text: str, name: str = "document") -> Document:
         """A document from a string; sections are detected (Markdown rules when ``name`` ends in .md)."""
-        # Imported here: section detection builds on Section, defined above.
-        from minions.documents.sections import detect_sections
-
         if not text.strip():
             raise EmptyDocumentError(f"Document {name!r} is blank: pass text with some content.")
         markdown = name.lower().endswith(MARKDOWN_SUFFIXES)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from minions.backends.engine import Engine, EngineConfig
-from minions.backends.engine_bench import divergence_report
-from minions.backends.quantize import default_local_model
-from minions.backends.speculative import CostCurve, ScriptedDrafter
+from minions.backends.llamacpp.bench import divergence_report
+from minions.backends.llamacpp.engine import Engine, EngineConfig
+from minions.backends.llamacpp.quantize import default_local_model
+from minions.backends.llamacpp.speculative import CostCurve, ScriptedDrafter
 from minions.errors import ConfigError
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
@@ -45,7 +45,7 @@ EXCERPTS = (
     "company expects capital spending of $1.7 to $1.9 billion in 2019.",
 )
 QUESTIONS = ("What were net sales?", "Which risks are mentioned?")
-REPORT = Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md"
+REPORT = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
 
 
 def _requests(excerpts: Sequence[str] = EXCERPTS, max_tokens: int = 48, **params: object) -> list[ChatRequest]:

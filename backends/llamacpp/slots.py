@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine_llama import LlamaContext
+from .ffi import LlamaContext
 
 __all__ = ["Slot", "SlotTable", "common_prefix"]
 

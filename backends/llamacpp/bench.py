@@ -37,7 +37,7 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
     from .engine import Engine
-    from .engine_llama import LlamaModel
+    from .ffi import LlamaModel
 
 __all__ = [
     "INSTRUCTIONS",
@@ -150,7 +150,7 @@ class Reply:
 
 def one_at_a_time(model_path: str | os.PathLike[str], requests: Sequence[ChatRequest], *, n_ctx: int) -> list[Reply]:
     """Each job through ``Llama.create_chat_completion`` after ``reset()``, as the backend used to, greedy."""
-    from .llamacpp import import_llama_cpp
+    from .ffi import import_llama_cpp
 
     llm = import_llama_cpp().Llama(
         model_path=str(model_path), n_ctx=n_ctx, n_threads=os.cpu_count() or 1, n_batch=512, verbose=False
@@ -244,7 +244,7 @@ def _rss_mb() -> float:
 def engine_bench(data: str | os.PathLike[str] | None, config: BenchConfig | None = None) -> dict[str, Any]:
     """Run the benchmark; one flat dict (the CLI prints it as one JSON line)."""
     from .engine import Engine, EngineConfig
-    from .engine_llama import LlamaModel
+    from .ffi import LlamaModel
     from .quantize import default_local_model
 
     c = config or BenchConfig()

@@ -1,4 +1,4 @@
-"""The scheduler of one ``Engine.run`` (see ``backends.engine`` for the whole picture): admission, prefix
+"""The scheduler of one ``Engine.run`` (see ``backends.llamacpp.engine`` for the whole picture): admission, prefix
 sharing, the decode loop, sampling and endings.
 
 Each step makes at most two ``llama_decode`` calls: one token of every generating job, then one prompt chunk
@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,14 +24,11 @@ from minions.events import CancelToken
 from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
 
-from .engine_llama import LlamaContext, LlamaModel, TokenBatch
-from .engine_slots import Slot, SlotTable, common_prefix
-from .sampling import SequenceSampler, TextStream
+from .ffi import LlamaContext, LlamaModel, TokenBatch
+from .sampling import GrammarCache, SequenceSampler, TextStream
+from .slots import Slot, SlotTable, common_prefix
 from .speculative.rules import sample_compare
 from .speculative.speculator import NO_DRAFT, Draft, DraftStats, Speculator
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 __all__ = [
     "UTF8_SLACK",
@@ -79,7 +76,7 @@ class EngineConfig:
     with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
     ~1 logit.)"""
     speculate: bool = True
-    """Speculative decoding of generating jobs (``backends.speculative``): lossless (every token is the one the
+    """Speculative decoding of generating jobs (``backends.llamacpp.speculative``): lossless (every token is the one the
     job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve
     and the drafts' live acceptance, down to no drafts at all."""
     k_max: int = 8
@@ -189,7 +186,11 @@ class Scheduler:
 
     def __init__(
         self,
-        engine: Engine,
+        model: LlamaModel,
+        config: EngineConfig,
+        grammars: GrammarCache,
+        name: str,
+        lane: Lane,
         on_token: OnToken | None,
         on_result: OnResult | None,
         cancel: CancelToken | None,
@@ -198,14 +199,17 @@ class Scheduler:
         speculator: Speculator | None = None,
         max_active: int | None = None,
     ) -> None:
-        self.e = engine
+        self.model = model
+        self.config = config
+        self.grammars = grammars
+        self.name = name
         self.spec = speculator
-        self.max_active = max_active or engine.config.max_seqs
+        self.max_active = max_active or config.max_seqs
         self.on_token = on_token
         self.on_result = on_result
         self.cancel = cancel
         self.trace = trace
-        self.lane = engine.lane
+        self.lane = lane
         self.queue: deque[Job] = deque()
         self.active: list[Job] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
@@ -219,7 +223,7 @@ class Scheduler:
     def execute(self, lane: Lane, jobs: list[Job]) -> None:
         """Run ``jobs`` on ``lane`` until all are done (or the run is cancelled)."""
         self.lane = lane
-        if self.e.config.share_prefixes:
+        if self.config.share_prefixes:
             jobs = sorted(jobs, key=lambda j: j.prompt)  # common prefixes side by side: computed once
         self.queue.extend(jobs)
         while self.queue or self.active:
@@ -258,16 +262,16 @@ class Scheduler:
 
     def _reusable(self, tokens: Sequence[int], job: Job) -> int:
         """How much of ``job``'s prompt it can take from ``tokens`` (a sequence's content, or another prompt)."""
-        if not self.e.config.share_prefixes:
+        if not self.config.share_prefixes:
             return 0
-        return reuse_cap(common_prefix(tokens, job.prompt), len(job.prompt), self.e.config.n_batch)
+        return reuse_cap(common_prefix(tokens, job.prompt), len(job.prompt), self.config.n_batch)
 
     def _wait_target(self, job: Job) -> tuple[Job | None, int]:
         """A job still prefilling a prompt that shares much more with ``job`` than any sequence holds now."""
-        if not self.e.config.share_prefixes:
+        if not self.config.share_prefixes:
             return None, 0
         have = max(self._reusable(s.tokens, job) for s in self.lane.slots.slots)
-        best, best_n = None, have + self.e.config.min_wait_gain
+        best, best_n = None, have + self.config.min_wait_gain
         for other in self.active:
             if other is job or other.state not in ("prefill", "waiting"):
                 continue
@@ -286,7 +290,7 @@ class Scheduler:
             m = self._reusable(s.tokens, job) if s is not dst else 0
             if m > n:
                 src, n = s, m
-        if src is not dst and n - own >= self.e.config.min_copy_gain:
+        if src is not dst and n - own >= self.config.min_copy_gain:
             slots.copy(src, dst, n)
             slots.touch(src)
             self.counts["stream_copies"] += 1
@@ -306,15 +310,15 @@ class Scheduler:
 
     def _sampler(self, job: Job) -> SequenceSampler:
         schema = job.params.json_schema
-        grammar = self.e.grammars.new_sampler(schema) if schema is not None else None
-        return SequenceSampler(self.e.model, job.params, grammar, job.seed)
+        grammar = self.grammars.new_sampler(schema) if schema is not None else None
+        return SequenceSampler(self.model, job.params, grammar, job.seed)
 
     def _step(self) -> None:
         """One step: a decode call with a token (and its draft) of every generating job, then a call with the
         next prompt chunk of the oldest prefilling job. Two calls, not one, because llama.cpp would put the
         chunk's first token in a ubatch of one token per sequence (with the generating jobs), and a prompt token
         computed alone in the middle of a prompt differs in the last bits from the same token computed in a
-        chunk (``tests/backends/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
+        chunk (``tests/backends/llamacpp/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
         decoding = sorted((j for j in self.active if j.state == "decode" and j.pending is not None), key=_seq_of)
         if decoding:
             self._decode(decoding)
@@ -325,7 +329,7 @@ class Scheduler:
     def _prefill(self, job: Job) -> None:
         assert job.slot is not None
         batch, start = self.lane.batch, time.perf_counter()
-        k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.e.config.n_batch)
+        k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.config.n_batch)
         last = job.n_past + k == len(job.prompt)
         tokens = job.prompt[job.n_past : job.n_past + k]
         batch.clear()
@@ -396,7 +400,7 @@ class Scheduler:
             # 1 (no room: cannot happen, a sequence has room for its job's prompt and reply), 2 (aborted) or
             # < 0: the jobs of this call fail and their sequences are cleared
             for job, _ in plan:
-                self.fail(job, BackendError(f"llama_decode failed ({rc}) on {self.e.name}.", backend=self.e.name))
+                self.fail(job, BackendError(f"llama_decode failed ({rc}) on {self.name}.", backend=self.name))
             return False
         self.counts["decode_calls"] += 1
         for job, tokens in plan:
@@ -412,22 +416,21 @@ class Scheduler:
         token = job.sampler.sample(logits)
         job.sampled.append(token)
         if job.params.logprobs > 0:
-            job.logprobs.append(top_logprobs(self.e.model, logits, job.params.logprobs))
+            job.logprobs.append(top_logprobs(self.model, logits, job.params.logprobs))
         return token
 
     def _emit(self, job: Job, token: int) -> bool:
         """The job's next token: True when the reply goes on (it is then the pending token), False when it
         ended (end of generation, a stop string, the length limit, a grammar dead end)."""
-        e = self.e
         job.pending = None
         if token < 0:
-            self.fail(job, BackendError("The grammar allows no next token.", backend=e.name))
+            self.fail(job, BackendError("The grammar allows no next token.", backend=self.name))
             return False
-        if e.model.is_eog(token):
+        if self.model.is_eog(token):
             self._finish(job, "stop")
             return False
         job.generated.append(token)
-        stopped = job.text.push(e.model.piece(token))
+        stopped = job.text.push(self.model.piece(token))
         if self.on_token is not None:
             delta = job.text.delta()
             if delta:
@@ -457,8 +460,6 @@ class Scheduler:
             "decode_tokens": len(job.generated),
             **job.drafts.to_dict(),
         }
-        if error is not None:
-            stats["error_type"] = type(error).__name__
         if job.looping:
             stats["looping"] = job.looping
         if self.trace:
@@ -470,9 +471,10 @@ class Scheduler:
             usage=Usage(len(job.prompt), len(job.generated), job.reused, calls=1, seconds=now - admitted),
             finish_reason=reason,
             timings=Timings(total_s=now - admitted, prefill_s=first - admitted, decode_s=now - first),
-            model=self.e.name,
+            model=self.name,
             error=f"{type(error).__name__}: {error}" if error is not None else None,
             stats=stats,
+            exception=error,
         )
         self._count(job, reason)
         self._release(job, keep_prompt=reason in ("stop", "length"))
@@ -480,7 +482,7 @@ class Scheduler:
             self.on_result(job.index, job.result)
 
     def fail(self, job: Job, error: BaseException) -> None:
-        log.warning("job %d failed on %s: %s", job.index, self.e.name, error)
+        log.warning("job %d failed on %s: %s", job.index, self.name, error)
         if job in self.queue:
             self.queue.remove(job)
         self._finish(job, "error", error)
@@ -511,7 +513,7 @@ class Scheduler:
         if self.spec is not None:  # drafters learn from a reply, not from an error or a cancelled one
             self.spec.finish(slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt))
         slots = self.lane.slots
-        slots.keep(slot, len(job.prompt) if keep_prompt and self.e.config.share_prefixes else 0)
+        slots.keep(slot, len(job.prompt) if keep_prompt and self.config.share_prefixes else 0)
         slots.touch(slot)
         slot.job = None
         job.slot = None

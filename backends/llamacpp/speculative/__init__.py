@@ -4,7 +4,7 @@
 - ``drafters``: context lookup, the persistent trace cache, the per-schema (grammar) trace, a draft model;
 - ``depth``: the measured cost curve ``T(n)``, acceptance tracking, and the draft length that maximises
   expected tokens per second;
-- ``speculator``: what the engine (``backends.engine_sched``) asks each decode step: a draft per generating
+- ``speculator``: what the engine (``backends.llamacpp.scheduler``) asks each decode step: a draft per generating
   sequence, cut to the depth that pays; the engine verifies every draft in its one call per step and rolls
   back the rejected tokens' KV cells;
 - ``bench``: ``minions bench speculative``.

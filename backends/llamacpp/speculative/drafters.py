@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from minions.paths import cache_dir
 
 if TYPE_CHECKING:
-    from ..engine_llama import LlamaContext, LlamaModel
+    from ..ffi import LlamaContext, LlamaModel
 
 __all__ = [
     "ContextLookup",
@@ -215,7 +215,7 @@ class DraftModel:
     name = "draft_model"
 
     def __init__(self, path: str | os.PathLike[str], *, n_seqs: int, seq_ctx: int, n_threads: int) -> None:
-        from ..engine_llama import LlamaContext, LlamaModel, TokenBatch
+        from ..ffi import LlamaContext, LlamaModel, TokenBatch
 
         self.model: LlamaModel = LlamaModel(path)
         self.ctx: LlamaContext = LlamaContext(self.model, seq_ctx=seq_ctx, n_seq_max=n_seqs, n_batch=512,

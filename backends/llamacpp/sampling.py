@@ -26,7 +26,7 @@ import numpy.typing as npt
 from minions.errors import ConfigError
 from minions.types import SamplingParams
 
-from .engine_llama import LlamaModel
+from .ffi import LlamaModel
 
 __all__ = ["GrammarCache", "SequenceSampler", "TextStream"]
 

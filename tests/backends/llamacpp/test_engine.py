@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from minions.backends.engine import Engine, EngineConfig
-from minions.backends.engine_bench import Reply, compare_replies, one_at_a_time
 from minions.backends.llamacpp import LlamaCppBackend
-from minions.backends.quantize import default_local_model
+from minions.backends.llamacpp.bench import Reply, compare_replies, one_at_a_time
+from minions.backends.llamacpp.engine import Engine, EngineConfig
+from minions.backends.llamacpp.quantize import default_local_model
+from minions.errors import ContextLengthError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
@@ -173,7 +174,7 @@ def test_a_too_long_prompt_fails_alone(engine: Engine) -> None:
     results = engine.run([good[0], too_long, good[1]])
     assert results[1].finish_reason == "error" and not results[1].ok
     assert "smaller chunks" in (results[1].error or "") and "ContextLengthError" in (results[1].error or "")
-    assert results[1].stats["error_type"] == "ContextLengthError"
+    assert isinstance(results[1].exception, ContextLengthError)
     assert [results[0].text, results[2].text] == [r.text for r in alone]
     assert results[0].stats["batch"]["failed"] == 1
 

@@ -1,6 +1,6 @@
 """The engine's speculator: each decode step, a draft for every generating sequence, and what the step taught.
 
-The engine (``backends.engine_sched``) asks ``propose`` for drafts, puts ``[pending, d_1 .. d_k]`` of every
+The engine (``backends.llamacpp.scheduler``) asks ``propose`` for drafts, puts ``[pending, d_1 .. d_k]`` of every
 sequence into its one decode call with logits after each token, verifies with ``rules.sample_compare`` and
 rolls back the rejected tokens' cells; then it tells ``learn`` what each sequence emitted. Here:
 

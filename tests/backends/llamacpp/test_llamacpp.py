@@ -7,7 +7,7 @@ import json
 import pytest
 
 from minions.backends.llamacpp import LlamaCppBackend
-from minions.backends.quantize import default_local_model
+from minions.backends.llamacpp.quantize import default_local_model
 from minions.errors import ContextLengthError, ModelNotFoundError
 from minions.types import SamplingParams
 

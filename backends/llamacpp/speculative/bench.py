@@ -57,7 +57,7 @@ class SpecBenchConfig:
 
 
 def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatRequest]:
-    from ..engine_bench import INSTRUCTIONS, BenchConfig, bench_jobs
+    from ..bench import INSTRUCTIONS, BenchConfig, bench_jobs
 
     if setting == "extraction":
         cfg = BenchConfig(instructions=INSTRUCTIONS[: c.jobs_per_chunk], max_tokens=c.max_tokens)
@@ -68,7 +68,7 @@ def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatR
 
 
 def _compare(engine: Engine, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
-    from ..engine_bench import divergence_report
+    from ..bench import divergence_report
 
     pairs = [(list(r.stats["token_ids"]), list(g.stats["token_ids"])) for r, g in zip(plain, spec, strict=True)]
     report = divergence_report(
@@ -110,8 +110,8 @@ def speculative_bench(
     data: str | os.PathLike[str] | None, config: SpecBenchConfig | None = None
 ) -> list[dict[str, Any]]:
     """Run every setting at every batch size; one flat dict each (the CLI prints them as JSON lines)."""
+    from ..bench import BenchConfig, find_document, load_chunks
     from ..engine import Engine, EngineConfig
-    from ..engine_bench import BenchConfig, find_document, load_chunks
     from ..quantize import default_local_model
     from .depth import load_or_measure_cost_table
 

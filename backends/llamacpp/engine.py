@@ -8,11 +8,11 @@ prefill, and each decode step reads all the weights to make one token. Here (con
   prefilling; a job that finishes frees its sequence and a queued job takes it at the next step;
 - a prompt whose first tokens some sequence already holds (another job's prompt, or a finished prompt kept from
   an earlier call) starts from a copy of them and computes only the rest; a job that shares a long prefix with
-  a job still prefilling waits for it instead of computing the prefix twice (``backends.engine_slots``);
+  a job still prefilling waits for it instead of computing the prefix twice (``backends.llamacpp.slots``);
 - each job samples with its own chain (JSON-schema grammar, greedy or seeded temperature), stops on its own
   stop strings and token limit, and streams its text through ``on_token(job_index, text)``;
 - with ``speculate`` (the default), each generating job's step carries a draft of the tokens that may come
-  next (``backends.speculative``: its own text, replies seen before, the JSON skeleton of its schema), verified
+  next (``backends.llamacpp.speculative``: its own text, replies seen before, the JSON skeleton of its schema), verified
   in the same call; the job keeps the tokens its own sampler confirms, so the reply is the one plain decoding
   gives, token for token, in fewer steps.
 
@@ -43,9 +43,9 @@ from minions.errors import BackendError, ConfigError, ContextLengthError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message
 
-from .engine_llama import LlamaModel
-from .engine_sched import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
+from .ffi import LlamaModel
 from .sampling import GrammarCache, TextStream
+from .scheduler import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
 from .speculative.depth import CostTable, load_or_measure_cost_table
 from .speculative.drafters import Drafter, DraftModel
 from .speculative.speculator import Speculator, default_drafters
@@ -110,7 +110,19 @@ class Engine:
         if speculate and self.speculator is None:
             raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
         spec = self.speculator if speculate is None or speculate else None
-        run = Scheduler(self, on_token, on_result, cancel, trace_tokens, speculator=spec, max_active=max_active)
+        run = Scheduler(
+            self.model,
+            self.config,
+            self.grammars,
+            self.name,
+            self.lane,
+            on_token,
+            on_result,
+            cancel,
+            trace_tokens,
+            speculator=spec,
+            max_active=max_active,
+        )
         try:
             jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]
             fits = self.lane.slots.capacity

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from minions.paths import cache_dir
 
 if TYPE_CHECKING:
-    from ..engine_llama import LlamaContext, LlamaModel, TokenBatch
+    from ..ffi import LlamaContext, LlamaModel, TokenBatch
 
 __all__ = [
     "AcceptanceTracker",
@@ -214,7 +214,7 @@ def measure_cost_table(
     """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
     ``PER_SEQ`` tokens each and logits for every token (as a verify call reads them), in a context made as the
     engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores."""
-    from ..engine_llama import LlamaContext, TokenBatch
+    from ..ffi import LlamaContext, TokenBatch
 
     counts = sorted({1, *(2**i for i in range(1, 8) if 2**i < max_seqs), max_seqs})
     n_max = max_seqs * max(PER_SEQ)

@@ -4,7 +4,7 @@ Three objects, each owning one C resource:
 
 - ``LlamaModel``: the weights, the vocabulary, the tokenizer and the chat template of one GGUF file.
 - ``LlamaContext``: one context with a KV stream per sequence (``kv_unified=False``, see
-  ``backends.engine_slots`` for why), decoded together.
+  ``backends.llamacpp.slots`` for why), decoded together.
 - ``TokenBatch``: a ``llama_batch`` whose arrays are numpy buffers, filled with vector writes.
 
 The high-level ``llama_cpp.Llama`` holds one sequence; everything here is what the engine needs to run many.
@@ -25,9 +25,23 @@ import numpy.typing as npt
 from minions.errors import BackendError, ConfigError, ModelNotFoundError
 from minions.types import Message
 
-from .llamacpp import import_llama_cpp
+__all__ = ["LlamaContext", "LlamaModel", "TokenBatch", "import_llama_cpp"]
 
-__all__ = ["LlamaContext", "LlamaModel", "TokenBatch"]
+
+def import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ConfigError(
+            "llama-cpp-python is not installed: run `make setup` (it builds llama.cpp with the right CPU flags), "
+            "or see README.md, 'Install'."
+        ) from exc
+    # llama.cpp logs every tensor it loads or converts to stderr; keep errors only unless asked.
+    from llama_cpp import _logger
+
+    _logger.logger.setLevel(logging.DEBUG if os.environ.get("MINIONS_LLAMA_VERBOSE") else logging.ERROR)
+    return llama_cpp
+
 
 log = logging.getLogger(__name__)
 
