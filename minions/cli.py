@@ -2,7 +2,7 @@
 
     minions ask FILE... "question"      answer a question about local documents
     minions models                      what is configured and available
-    minions bench cost|engine|speculative|pdf|evidence
+    minions bench cost|engine|speculative|pdf|evidence|fleet
     minions app [--port P]              the chat app over your documents, in the browser
     minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
 
@@ -225,6 +225,30 @@ def _add_bench_evidence_parser(kinds: Any, data_default: str | None) -> None:
     ev.set_defaults(func=cmd_bench_evidence)
 
 
+def cmd_bench_fleet(args: argparse.Namespace) -> int:
+    from minions.protocols.fleet_bench import FleetBenchConfig, fleet_bench
+
+    changes = {k: getattr(args, k) for k in ("document", "jobs", "max_tokens", "pairs", "per_server")}
+    config = FleetBenchConfig(local=args.local, **{k: v for k, v in changes.items() if v is not None})
+    for line in fleet_bench(config):
+        print(json.dumps(line), flush=True)
+    return 0
+
+
+def _add_bench_fleet_parser(kinds: Any) -> None:
+    from minions.protocols.fleet_bench import FleetBenchConfig
+
+    d = FleetBenchConfig()
+    fleet = kinds.add_parser("fleet", help="local jobs on one OpenAI-compatible server vs spread over several")
+    fleet.add_argument("--local", required=True, help="openai-compatible/<model>@<url>,<url>,... (two or more)")
+    fleet.add_argument("--document", help=f"the document the jobs read (default {d.document})")
+    fleet.add_argument("--jobs", type=int, help=f"jobs per run (default {d.jobs})")
+    fleet.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
+    fleet.add_argument("--pairs", type=int, help=f"timed pairs, one server then the fleet (default {d.pairs})")
+    fleet.add_argument("--per-server", type=int, help=f"requests in flight per server (default {d.per_server})")
+    fleet.set_defaults(func=cmd_bench_fleet)
+
+
 def _add_bench_parser(sub: Any) -> None:
     from minions.paths import shared_data_dir
 
@@ -243,6 +267,7 @@ def _add_bench_parser(sub: Any) -> None:
     _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
     _add_bench_pdf_parser(kinds, shared_data_dir("financebench"))
     _add_bench_evidence_parser(kinds, shared_data_dir("financebench"))
+    _add_bench_fleet_parser(kinds)
 
 
 # -- plumbing --------------------------------------------------------------------------------------------
