@@ -84,6 +84,7 @@ def error_result(model: str, exc: BaseException) -> ChatResult:
         timings=Timings(),
         model=model,
         error=f"{type(exc).__name__}: {exc}",
+        exception=exc,
     )
 
 

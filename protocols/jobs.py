@@ -17,7 +17,7 @@ from typing import Literal
 
 from minions.backends.base import OnResult, error_result
 from minions.chunking import Chunk
-from minions.errors import BackendError
+from minions.errors import BackendError, ModelOutputError
 from minions.events import JobFailed, JobFinished, JobStarted, emit
 from minions.loops import repeating
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
@@ -108,21 +108,22 @@ def _call(ctx: RunContext, requests: list[ChatRequest], on_result: OnResult) -> 
     return results
 
 
-def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
+def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, BaseException | None]:
     """The job's quote (one of its options, or "none") and the short answer, which must be a figure of the
-    quote. A backend that does not enforce the schema may write a quote of its own: it counts only when it is
+    quote, or why there is none: the backend's error for a failed job, ``ModelOutputError`` for an unusable
+    reply. A backend that does not enforce the schema may write a quote of its own: it counts only when it is
     (near-)verbatim in the chunk."""
     if not result.ok:
-        return None, result.error or "the job failed"
+        return None, failure(result)
     if looping(result):
-        return None, "degenerate reply: it started repeating itself and was cut"
+        return None, ModelOutputError("degenerate reply: it started repeating itself and was cut", raw=result.text)
     try:
         reply: dict[str, object] = extract_json(result.text)
     except ValueError as exc:
         # A reply cut off by max_tokens still holds the quote it was copying.
         reply = dict(salvage_fields(result.text, ("quote", "answer")))
         if not reply.get("quote"):
-            return None, f"malformed reply: {exc}"
+            return None, ModelOutputError(f"malformed reply: {exc}", raw=result.text)
     quote = reply.get("quote")
     if not isinstance(quote, str) or normalize(quote) in ("", NONE):
         return JobOutput(), None
@@ -130,10 +131,22 @@ def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, str | None]:
     if chosen is None and verify_citation(quote, job.chunk.text):
         chosen = quote.strip()
     if chosen is None:
-        return None, "malformed reply: the quote is not in the excerpt"
+        return None, ModelOutputError("malformed reply: the quote is not in the excerpt", raw=result.text)
     answer = reply.get("answer")
     short = answer if isinstance(answer, str) and answer in answer_spans(chosen) else None
     return JobOutput(answer=short or chosen, citation=chosen), None
+
+
+def failure(result: ChatResult) -> BaseException:
+    """The exception of a failed ``result``: the one the backend raised, else a ``BackendError`` with its text."""
+    return result.exception or BackendError(result.error or "the job failed", backend=result.model)
+
+
+def _error_text(result: ChatResult, error: BaseException | None) -> str | None:
+    """What a record and an event say: the backend's own text for a failed job (it names the error's class)."""
+    if error is None:
+        return None
+    return (result.error if not result.ok else None) or str(error)
 
 
 def looping(result: ChatResult) -> bool:
@@ -141,7 +154,9 @@ def looping(result: ChatResult) -> bool:
     return bool(result.stats.get("looping")) or repeating(result.text.split(), min_items=REPEATED_WORDS) > 0
 
 
-def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str | None, attempts: int) -> JobRecord:
+def _record(
+    job: Job, result: ChatResult, output: JobOutput | None, error: BaseException | None, attempts: int
+) -> JobRecord:
     c = job.chunk
     return JobRecord(
         job_id=job.job_id,
@@ -155,10 +170,11 @@ def _record(job: Job, result: ChatResult, output: JobOutput | None, error: str |
         answer=output.answer if output else None,
         explanation=output.explanation if output else "",
         citation=output.citation if output else None,
-        error=error,
+        error=_error_text(result, error),
         raw=result.text[:2000],
         sample=job.sample,
         score=_model_score(result),
+        exception=error,
     )
 
 
@@ -168,7 +184,7 @@ def _model_score(result: ChatResult) -> float | None:
     return max(odds) if odds else None
 
 
-Outcome = tuple[ChatResult, JobOutput | None, str | None]
+Outcome = tuple[ChatResult, JobOutput | None, BaseException | None]
 
 
 def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
@@ -196,8 +212,9 @@ def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
     failed = next((r for r in results if not r.ok), None)
     odds = [_yes_odds(r) for r in results]
     if failed is not None or any(o is None for o in odds):
-        error = failed.error if failed is not None else "the backend reported no log-probabilities"
-        return error_result(results[0].model if results else "", BackendError(error or "scoring failed")), None, error
+        model = results[0].model if results else ""
+        error = failure(failed) if failed is not None else BackendError("the backend reported no log-probabilities")
+        return error_result(model, error), None, error
     sentence_odds = [o for o in odds if o is not None]
     best = fused_order(sentence_odds, weight=SENTENCE_MODEL_WEIGHT)[0][0] if sentence_odds else None
     quote = job.options[best].text if best is not None else None
@@ -241,12 +258,12 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
 
 
 def _announce(ctx: RunContext, job: Job, outcome: Outcome, attempt: int) -> None:
-    _, output, error = outcome
+    result, output, error = outcome
     if output is not None:
         emit(ctx.events, JobFinished(job.job_id, job.round, job.label, output.answer))
     else:
         retry = attempt == 0 and not ctx.cancelled
-        emit(ctx.events, JobFailed(job.job_id, job.round, job.label, error or "", retry))
+        emit(ctx.events, JobFailed(job.job_id, job.round, job.label, _error_text(result, error) or "", retry))
 
 
 def scores_sentences(ctx: RunContext) -> bool:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from pydantic import ValidationError
 
+from minions.errors import ModelOutputError
 from minions.types import ChatResult, Message, SamplingParams
 
 from .base import BaseProtocol, describe_documents, fit_to_tokens, verified_citations
@@ -128,4 +129,5 @@ def _record(job_id: int, round_: int, question: str, result: ChatResult) -> JobR
         citation=citation,
         error=error,
         raw=result.text[:2000],
+        exception=ModelOutputError(error, raw=result.text) if error else None,
     )

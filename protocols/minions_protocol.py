@@ -201,5 +201,5 @@ def _log_round(ctx: RunContext, round_: int, records: Sequence[JobRecord], decis
 
 
 def _all_errors(records: Sequence[JobRecord]) -> bool:
-    """Whether every job failed in the backend (not by a malformed reply): the local model is down."""
-    return all(r.error and not r.error.startswith("malformed") for r in records)
+    """Whether every job failed in the backend (not by an unusable reply): the local model is down."""
+    return all(r.failed_in_backend for r in records)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from minions.errors import ModelOutputError
 from minions.types import Usage
 
 __all__ = [
@@ -155,9 +156,18 @@ class JobRecord:
     """Whether the citation was found (near-)verbatim in the chunk; None when there is none."""
     score: float | None = None
     """The local model's log-odds that its best sentence answers (jobs scored by log-probabilities); else None."""
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    """Why the job failed, typed: the backend's own error (a ``BackendError`` when the model could not be run), or
+    a ``ModelOutputError`` for a reply that is not a usable answer. ``error`` is its text."""
+
+    @property
+    def failed_in_backend(self) -> bool:
+        """Whether the job failed before the model could answer (the local model is down, the prompt does not fit),
+        rather than by what the model wrote."""
+        return self.exception is not None and not isinstance(self.exception, ModelOutputError)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "exception"}
 
 
 @dataclass(frozen=True)

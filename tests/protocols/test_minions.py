@@ -9,7 +9,7 @@ import pytest
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
-from minions.errors import BackendConnectionError
+from minions.errors import BackendConnectionError, ModelOutputError
 from minions.events import (
     CancelToken,
     Event,
@@ -192,8 +192,22 @@ def test_a_dead_local_backend_ends_the_run_with_what_it_has(remote, doc):
     result, _ = run(local, remote, doc, plan(), final())
 
     assert not result.complete and all(not j.ok and j.attempts == 2 for j in result.jobs)
+    assert all(isinstance(j.exception, BackendConnectionError) and j.failed_in_backend for j in result.jobs)
     assert "failed" in result.notes[0] and "server gone" in result.notes[0]
     assert len(remote.history) == 1  # no decision was asked for
+
+
+def test_a_local_model_whose_every_reply_is_unusable_is_up_and_the_remote_decides(remote, doc):
+    # Replies that loop or are not JSON are the model's failures, typed ModelOutputError: the model is up, so the
+    # run goes on to a decision instead of stopping as if the local model were down.
+    replies = iter(["I am not sure.", '{"quote": "' + "the year 2024 was " * 12] * 100)
+    local = ScriptedBackend("scripted/local", responder=lambda m, p: next(replies))
+    result, _ = run(local, remote, doc, plan(), final("Not found."))
+
+    assert result.jobs and not any(j.ok for j in result.jobs)
+    assert all(isinstance(j.exception, ModelOutputError) and not j.failed_in_backend for j in result.jobs)
+    assert {"malformed", "degenerate"} <= {(j.error or "").split()[0] for j in result.jobs}
+    assert result.complete and result.answer == "Not found." and len(remote.history) == 2
 
 
 def test_a_local_backend_whose_batch_raises_fails_its_jobs_not_the_run(remote, doc):
