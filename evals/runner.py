@@ -19,7 +19,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -285,13 +285,24 @@ def _run_pending(
         for item in pending:
             write(run_item(item, protocol, config, judge))
         return ran, failed, harness
+    # Lines are written here, in the order items finish (a resumed run reads them by id, in any order).
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="minions-eval")
+    futures = [pool.submit(run_item, item, protocol, config, judge) for item in pending]
+    written: set[Future[dict[str, Any]]] = set()
     try:
-        futures = [pool.submit(run_item, item, protocol, config, judge) for item in pending]
         for future in as_completed(futures):
+            written.add(future)
             write(future.result())
+    except KeyboardInterrupt:
+        # Ctrl-C: the items not started are dropped (a resumed run runs them); the running ones cannot be
+        # stopped (the interpreter waits for their threads anyway), so their lines are written when they finish.
+        pool.shutdown(wait=False, cancel_futures=True)
+        running = [f for f in futures if f not in written and not f.cancelled()]
+        log.warning("interrupted: writing the %d running items as they finish", len(running))
+        for future in as_completed(running):
+            write(future.result())
+        raise
     finally:
-        # On Ctrl-C, drop the items not started; the running ones finish in the background unrecorded.
         pool.shutdown(wait=False, cancel_futures=True)
     return ran, failed, harness
 

@@ -5,6 +5,7 @@ sampling and concurrency."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,62 @@ def test_grid_writes_one_file_per_configuration(longhealth, local, remote, tmp_p
     assert len(names) == 2 and names[0].startswith("longhealth__local__scripted-local__scripted-gpt-4o-mini__")
     assert [s.ran for s in summaries] == [2, 2]
     assert [s.ran for s in run_grid([longhealth], ["remote", "local"], [(local, remote)], tmp_path, limit=2)] == [0, 0]
+
+
+def test_concurrent_lines_come_in_finish_order_and_resume_reads_them_by_id(longhealth, local, remote, tmp_path) -> None:
+    first_question = longhealth.items[0].question
+    others_written = threading.Event()
+
+    def first_item_finishes_last(messages: list[Message], params: SamplingParams) -> str:
+        if first_question in "\n".join(m.content for m in messages):
+            others_written.wait(timeout=10)
+        return remote_reply(messages, params)
+
+    def count(record: dict, done: int, total: int) -> None:
+        if done == total - 1:
+            others_written.set()
+
+    remote.responder = first_item_finishes_last
+    out = tmp_path / "remote.jsonl"
+    summary = run_eval(longhealth, "remote", local, remote, out, concurrency=3, on_record=count)
+    ids = [r["item_id"] for r in lines(out)]
+    assert ids[-1] == longhealth.items[0].id and sorted(ids) == sorted(i.id for i in longhealth)
+    sequential = run_eval(longhealth, "remote", local, remote, tmp_path / "sequential.jsonl")
+    assert summary.mean_score == sequential.mean_score == pytest.approx(0.8)
+    by_id = {r["item_id"]: r["score"] for r in lines(tmp_path / "sequential.jsonl")}
+    assert {r["item_id"]: r["score"] for r in lines(out)} == by_id
+    again = run_eval(longhealth, "remote", local, remote, out, concurrency=3)
+    assert (again.already_done, again.ran) == (5, 0) and len(lines(out)) == 5
+
+
+def test_ctrl_c_in_a_concurrent_run_keeps_the_running_items_and_resume_runs_the_rest(
+    longhealth, local, remote, tmp_path
+) -> None:
+    started: set[str] = set()
+    lock = threading.Lock()
+    interrupted = threading.Event()
+
+    def track(messages: list[Message], params: SamplingParams) -> str:
+        text = "\n".join(m.content for m in messages)
+        with lock:
+            started.update(i.id for i in longhealth if i.question in text)
+        if longhealth.items[0].question not in text:
+            interrupted.wait(timeout=10)  # still running when Ctrl-C comes
+        return remote_reply(messages, params)
+
+    def ctrl_c_after_the_first_line(record: dict, done: int, total: int) -> None:
+        if done == 1:
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    remote.responder = track
+    out = tmp_path / "remote.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(longhealth, "remote", local, remote, out, concurrency=2, on_record=ctrl_c_after_the_first_line)
+    written = [r["item_id"] for r in lines(out)]
+    assert sorted(written) == sorted(started)  # every item that ran was written, none twice
+    assert len(written) == 3  # the first, and the two running when Ctrl-C came; the others never started
+
+    summary = run_eval(longhealth, "remote", local, remote, out, concurrency=2)
+    assert (summary.already_done, summary.ran) == (len(written), len(longhealth.items) - len(written))
+    assert sorted(r["item_id"] for r in lines(out)) == sorted(i.id for i in longhealth)
