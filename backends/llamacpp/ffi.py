@@ -261,6 +261,27 @@ class LlamaContext:
         """The last position ``seq`` holds, -1 when it holds none."""
         return int(self.lib.llama_memory_seq_pos_max(self.mem, seq))
 
+    def seq_state(self, seq: int) -> bytes:
+        """What ``seq`` holds (its cells' positions and keys and values, or a recurrent model's state), in
+        llama.cpp's per-sequence state format. Pending stream copies must have run (a decode call since)."""
+        size = self.lib.llama_state_seq_get_size(self.ctx, seq)
+        buf = (ctypes.c_uint8 * size)()
+        written = self.lib.llama_state_seq_get_data(self.ctx, buf, size, seq)
+        if written != size:
+            raise BackendError(f"llama.cpp wrote {written} of {size} bytes of sequence {seq}'s state.")
+        return bytes(buf)
+
+    def seq_restore(self, seq: int, state: bytes) -> bool:
+        """Replace what ``seq`` holds with ``state`` (from ``seq_state``, maybe of another context of the same
+        model and settings). False when llama.cpp refused it (another model, other settings, too large): then
+        ``seq`` holds nothing."""
+        self.seq_rm(seq)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if self.lib.llama_state_seq_set_data(self.ctx, buf, len(state), seq) == len(state):
+            return True
+        self.seq_rm(seq)
+        return False
+
     def close(self) -> None:
         if self.ctx:
             self.lib.llama_free(self.ctx)

@@ -25,6 +25,7 @@ from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
 
 from .ffi import LlamaContext, LlamaModel, TokenBatch
+from .prefixes import PrefixCache
 from .sampling import GrammarCache, SequenceSampler, TextStream
 from .slots import Slot, SlotTable, common_prefix
 from .speculative.rules import sample_compare
@@ -87,6 +88,13 @@ class EngineConfig:
     """A second, smaller GGUF with the same vocabulary, used as one more drafter."""
     learn_drafts: bool = True
     """Keep the speculator's trace caches (n-grams of accepted replies) under ``cache_dir()/speculator``."""
+    kv_cache: bool = True
+    """Save the state of marked prompt prefixes (``ChatRequest.prefix``: a document chunk) to disk and restore it
+    instead of computing it again (``backends.llamacpp.prefixes``); needs ``share_prefixes``."""
+    kv_cache_dir: str | None = None
+    """Where the saved states go; None: ``$MINIONS_KV_CACHE_DIR`` or ``cache_dir()/kv``."""
+    min_saved_prefix: int = 64
+    """Shorter marked prefixes are not saved (a file per few tokens costs more than it saves)."""
 
     @property
     def threads(self) -> int:
@@ -105,6 +113,9 @@ class BatchStats:
     decode_calls: int = 0
     prefill_computed: int = 0
     prefill_reused: int = 0
+    prefill_restored: int = 0
+    """Of ``prefill_reused``, the tokens whose state was restored from disk."""
+    prefixes_saved: int = 0
     decode_tokens: int = 0
     stream_copies: int = 0
     peak_seqs: int = 0
@@ -141,6 +152,11 @@ class Job:
     share_len: int = 0
     reused: int = 0
     computed: int = 0
+    prefix: int = 0
+    """Tokens of the marked prefix (``ChatRequest.prefix``) worth keeping on disk; 0: none."""
+    restored: int = 0
+    save: bool = False
+    """Save the prefix's state once it is computed."""
     generated: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)
     logprobs: list[list[tuple[str, float]]] = field(default_factory=list)
@@ -198,12 +214,14 @@ class Scheduler:
         *,
         speculator: Speculator | None = None,
         max_active: int | None = None,
+        prefixes: PrefixCache | None = None,
     ) -> None:
         self.model = model
         self.config = config
         self.grammars = grammars
         self.name = name
         self.spec = speculator
+        self.prefixes = prefixes if config.share_prefixes else None
         self.max_active = max_active or config.max_seqs
         self.on_token = on_token
         self.on_result = on_result
@@ -281,25 +299,48 @@ class Scheduler:
         return best, best_n if best is not None else 0
 
     def _place(self, job: Job) -> None:
-        """Start ``job`` from the longest prefix any sequence holds: its own (free), or a copy of another's."""
+        """Start ``job`` from the longest prefix any sequence holds (its own, free, or a copy of another's), or
+        from its marked prefix's saved state when that is longer."""
         assert job.slot is not None
         slots, dst = self.lane.slots, job.slot
-        own = self._reusable(dst.tokens, job)
-        src, n = dst, own
-        for s in slots.slots:
-            m = self._reusable(s.tokens, job) if s is not dst else 0
-            if m > n:
-                src, n = s, m
-        if src is not dst and n - own >= self.config.min_copy_gain:
-            slots.copy(src, dst, n)
-            slots.touch(src)
-            self.counts["stream_copies"] += 1
+        if self._restore(job, max(self._reusable(s.tokens, job) for s in slots.slots)):
+            n = job.restored
         else:
-            n = own
-            slots.keep(dst, n)
+            own = self._reusable(dst.tokens, job)
+            src, n = dst, own
+            for s in slots.slots:
+                m = self._reusable(s.tokens, job) if s is not dst else 0
+                if m > n:
+                    src, n = s, m
+            if src is not dst and n - own >= self.config.min_copy_gain:
+                slots.copy(src, dst, n)
+                slots.touch(src)
+                self.counts["stream_copies"] += 1
+            else:
+                n = own
+                slots.keep(dst, n)
         job.state, job.source, job.share_len = "prefill", None, 0
         job.n_past = job.reused = n
+        cache = self.prefixes
+        job.save = cache is not None and n < job.prefix and job.prompt[: job.prefix] not in cache
         log.debug("job %d on seq %d reuses %d of %d prompt tokens", job.index, dst.seq, n, len(job.prompt))
+
+    def _restore(self, job: Job, have: int) -> bool:
+        """Restore ``job``'s marked prefix from disk into its sequence, when it is saved and longer than the
+        ``have`` tokens memory offers (and the rest of the prompt is computed as a whole prompt would be)."""
+        assert job.slot is not None
+        cache, dst, p = self.prefixes, job.slot, job.prefix
+        if cache is None or p <= have or reuse_cap(p, len(job.prompt), self.config.n_batch) != p:
+            return False
+        if dst.seq in self.lane.slots.pending:  # a stream copy from it waits for the next decode call
+            return False
+        if not cache.load(self.lane.ctx, dst.seq, job.prompt[:p]):
+            if self.lane.ctx.seq_pos_max(dst.seq) < 0:  # a state that did not load left the sequence empty
+                dst.tokens = []
+            return False
+        dst.tokens = list(job.prompt[:p])
+        job.restored = p
+        return True
 
     def _resolve_waits(self) -> None:
         """Waiting jobs whose source has computed the shared prefix (or stopped) start from it."""
@@ -330,12 +371,21 @@ class Scheduler:
         assert job.slot is not None
         batch, start = self.lane.batch, time.perf_counter()
         k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.config.n_batch)
+        if job.save and job.n_past < job.prefix < job.n_past + k:
+            # end the chunk at the prefix, to save its state alone (a chunk of one token would compute it
+            # otherwise than the whole prompt does: then it is not saved)
+            job.save = job.prefix - job.n_past >= 2
+            k = job.prefix - job.n_past if job.save else k
         last = job.n_past + k == len(job.prompt)
         tokens = job.prompt[job.n_past : job.n_past + k]
         batch.clear()
         idx = batch.add(tokens, job.n_past, job.slot.seq, logits_last=last)
         if self._call([(job, tokens)]):
             job.computed += len(tokens)
+            if job.save and job.n_past == job.prefix and self.prefixes is not None:
+                job.save = False
+                prefix = job.prompt[: job.prefix]
+                self.counts["prefixes_saved"] += self.prefixes.save(self.lane.ctx, job.slot.seq, prefix)
             if last:
                 job.state, job.t_first = "decode", time.perf_counter()
                 self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
@@ -396,6 +446,7 @@ class Scheduler:
         follow. False when it failed: then its jobs failed, and the others go on untouched."""
         lane = self.lane
         rc = lane.ctx.decode(lane.batch)
+        lane.slots.pending.clear()  # the stream copies ran (or were dropped with a failed call)
         if rc != 0:
             # 1 (no room: cannot happen, a sequence has room for its job's prompt and reply), 2 (aborted) or
             # < 0: the jobs of this call fail and their sequences are cleared
@@ -457,6 +508,7 @@ class Scheduler:
         stats: dict[str, Any] = {
             "prefill_computed": job.computed,
             "prefill_reused": job.reused,
+            "prefill_restored": job.restored,
             "decode_tokens": len(job.generated),
             **job.drafts.to_dict(),
         }
@@ -494,6 +546,7 @@ class Scheduler:
         c["cancelled"] += reason == "cancelled"
         c["prefill_computed"] += job.computed
         c["prefill_reused"] += job.reused
+        c["prefill_restored"] += job.restored
         c["decode_tokens"] += len(job.generated)
         c["drafted"] += sum(job.drafts.drafted.values())
         c["accepted"] += sum(job.drafts.accepted.values())

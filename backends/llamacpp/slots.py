@@ -47,6 +47,8 @@ class SlotTable:
         self.capacity = capacity
         self.slots = [Slot(i) for i in range(n)]
         self._tick = 0
+        self.pending: set[int] = set()
+        """Sequences in stream copies that run at the next decode call (the scheduler clears it after one)."""
 
     def free(self) -> list[Slot]:
         return [s for s in self.slots if s.job is None]
@@ -64,6 +66,7 @@ class SlotTable:
     def copy(self, src: Slot, dst: Slot, n: int) -> None:
         """``dst`` holds ``src``'s first ``n`` positions (the stream is copied at the next decode call)."""
         self.ctx.seq_cp(src.seq, dst.seq, -1, -1)
+        self.pending.update((src.seq, dst.seq))
         dst.tokens = list(src.tokens)
         self.keep(dst, n)
 
