@@ -6,6 +6,8 @@ Spellings:
 - ``llamacpp//abs/path/model.gguf``, ``llamacpp/./model.gguf``, ``llamacpp/~/m.gguf``: a GGUF file
 - ``openai/gpt-4o-mini`` (and every provider in ``backends.openai.PROVIDERS``: ``openrouter/...``,
   ``anthropic/...``, ``gemini/...``, ...)
+- ``transformers/default``: the embedded SmolLM2 through PyTorch; ``transformers//abs/model.gguf`` or
+  ``transformers//abs/folder``: a GGUF file or a transformers folder on disk (never downloaded)
 - ``ollama/llama3.2``
 - ``openai-compatible/<model>@<base_url>``: any OpenAI-compatible server, e.g.
   ``openai-compatible/smollm2@http://127.0.0.1:8080/v1`` (the model name may itself contain ``/``)
@@ -50,6 +52,12 @@ def _llamacpp(model: str) -> Backend:
     return LlamaCppBackend(None if model in ("", "default") else model)
 
 
+def _transformers(model: str) -> Backend:
+    from .pytorch import TransformersBackend
+
+    return TransformersBackend(None if model in ("", "default") else model)
+
+
 def _ollama(model: str) -> Backend:
     from .ollama import OllamaBackend
 
@@ -86,7 +94,8 @@ def providers() -> dict[str, Factory]:
     from .openai import PROVIDERS
 
     table: dict[str, Factory] = {name: _provider_factory(name) for name in PROVIDERS}
-    table.update({"llamacpp": _llamacpp, "ollama": _ollama, "openai-compatible": _openai_compatible})
+    table.update({"llamacpp": _llamacpp, "transformers": _transformers, "ollama": _ollama,
+                  "openai-compatible": _openai_compatible})  # fmt: skip
     table.update(_FACTORIES)
     return table
 
@@ -102,7 +111,7 @@ def resolve(spec: str | Backend) -> Backend:
             f"Unknown provider {provider!r} in {spec!r}: use one of {', '.join(sorted(table))} "
             "as provider/model (see `minions models`)."
         )
-    if not model and provider != "llamacpp":
+    if not model and provider not in ("llamacpp", "transformers"):
         raise UnknownProviderError(f"{spec!r} names no model: write {provider}/<model>.")
     return table[provider](model)
 

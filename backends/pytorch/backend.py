@@ -1,0 +1,252 @@
+"""A local model through PyTorch and transformers, decoding with token-tree speculation.
+
+``transformers/default`` is the embedded SmolLM2-135M-Instruct GGUF (``AutoModelForCausalLM.from_pretrained(
+folder, gguf_file=...)`` dequantizes it); ``transformers//abs/model.gguf``, ``transformers/./model.gguf`` or
+``transformers/~/folder`` name a GGUF file or a transformers folder (``config.json`` and safetensors) on disk.
+Nothing is ever downloaded (``local_files_only``).
+
+Replies use the model's chat template. A JSON schema is enforced by a grammar (llguidance) that masks the
+logits at every chosen token, so a constrained reply always parses unless it was cut at ``max_tokens``.
+Decoding is plain, chain or tree speculation (``decode.generate``) over drafts from the job's own text;
+greedy and sampled decoding are lossless either way. Hybrid models (LFM2's convolutions, Mamba-2 layers) verify
+chains and roll their state back exactly (``hybrid.ReplayState``).
+
+Jobs run one at a time (``batching=False``): on a CPU a speculative step over one job's tree already fills the
+cores that a batch would share, and the tree's drafts are per job.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from minions.errors import ContextLengthError, ModelNotFoundError
+from minions.loops import REPEAT_MIN_ITEMS, repeating
+from minions.types import ChatResult, Message, SamplingParams, Timings, Usage
+
+from ..base import BaseBackend, Capabilities
+from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
+from .draft import CostCurve
+from .hybrid import state_keeper
+
+__all__ = ["TransformersBackend", "resolve_source"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT = 8192
+
+
+def resolve_source(model: str | Path | None) -> Path:
+    """The GGUF file or transformers folder ``model`` names; None or "default" is the embedded SmolLM2."""
+    from ..models import smollm2_path
+
+    if model is None or str(model) in ("", "default"):
+        return smollm2_path()
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir() and (path / "config.json").is_file():
+        return path
+    raise ModelNotFoundError(
+        f"{str(model)!r} is neither a .gguf file nor a transformers folder with config.json: pass "
+        "transformers//abs/path/model.gguf or transformers//abs/path/folder (nothing is downloaded)."
+    )
+
+
+def _context_window(source: Path) -> int:
+    """The model's trained context length, read from its metadata without loading the weights."""
+    if source.is_dir():
+        config = json.loads((source / "config.json").read_text())
+        return int(config.get("max_position_embeddings") or DEFAULT_CONTEXT)
+    from gguf import GGUFReader
+
+    reader = GGUFReader(source)
+    for name, field in reader.fields.items():
+        if name.endswith(".context_length"):
+            return int(field.parts[field.data[0]][0])
+    return DEFAULT_CONTEXT
+
+
+class TransformersBackend(BaseBackend):
+    """``transformers/<GGUF file or folder>``: a model in this process, on the CPU unless ``device`` says."""
+
+    max_concurrency = 1
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        *,
+        speculation: Mode = "tree",
+        spec: SpecConfig | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+    ) -> None:
+        self.source = resolve_source(model)
+        self.name = f"transformers/{model if model not in (None, '') else 'default'}"
+        self.spec = spec or SpecConfig(mode=speculation)
+        self.dtype, self.device = dtype, device
+        self.capabilities = Capabilities(
+            json_schema=True, logprobs=True, batching=False, streaming=False, local=True,
+            context_window=_context_window(self.source),
+        )  # fmt: skip
+        self._lock = threading.Lock()
+        self._loaded: tuple[Any, Any] | None = None
+        self._lltokenizer: Any = None
+        self._speculation: Speculation | None = None
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            folder, extra = (self.source.parent, {"gguf_file": self.source.name}) if self.source.is_file() else (
+                self.source, {})  # fmt: skip
+            start = time.perf_counter()
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                folder, local_files_only=True, dtype=getattr(torch, self.dtype), **extra
+            )
+            model = model.to(self.device).eval()
+            log.info("loaded %s in %.1fs", self.source, time.perf_counter() - start)
+            self._loaded = (model, tokenizer)
+        return self._loaded
+
+    @property
+    def model(self) -> Any:
+        return self._load()[0]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._load()[1]
+
+    def speculation(self) -> Speculation:
+        """Speculation's state for this backend: T(n) measured once on first use, acceptance learned per job."""
+        if self._speculation is None:
+            plain = CostCurve((1,), (1.0,))  # plain decoding never drafts: its curve is never read
+            cost = measure_cost(self.model, self.new_cache) if self.spec.mode != "plain" else plain
+            self._speculation = Speculation(self.spec, cost)
+        return self._speculation
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def end_ids(self) -> frozenset[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return frozenset(i for i in ids if i is not None)
+
+    def grammar(self, schema: Any) -> JsonGrammar:
+        if self._lltokenizer is None:
+            import llguidance.hf
+
+            self._lltokenizer = llguidance.hf.from_tokenizer(
+                self.tokenizer, n_vocab=int(self.model.config.vocab_size), eos_token=sorted(self.end_ids())
+            )
+        return JsonGrammar(self._lltokenizer, schema)
+
+    # -- the interface ----------------------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
+        tokenizer = self.tokenizer
+        if not tokenizer.chat_template:
+            raise ModelNotFoundError(f"{self.source} has no chat template: use an instruction-tuned model.")
+        encoded = tokenizer.apply_chat_template([m.to_dict() for m in messages], add_generation_prompt=True)
+        ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
+        return [int(i) for i in ids]
+
+    def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
+        return self.complete(messages, params)
+
+    def complete(
+        self, messages: Sequence[Message], params: SamplingParams, *, speculation: Speculation | None = None
+    ) -> ChatResult:
+        """One reply; ``speculation`` overrides the backend's own (benches run plain, chain and tree alike)."""
+        start = time.perf_counter()
+        speculation = speculation or self.speculation()
+        with self._lock:
+            prompt = self.prompt_ids(messages)
+            limit = self.capabilities.context_window
+            if len(prompt) + 1 > limit:
+                raise ContextLengthError(
+                    f"The prompt has {len(prompt)} tokens; {self.name} reads at most {limit}: send a shorter chunk.",
+                    backend=self.name,
+                )
+            max_new = min(params.max_tokens, limit - len(prompt))
+            grammar = self.grammar(params.json_schema) if params.json_schema is not None else None
+            chooser = Chooser(temperature=params.temperature, top_p=params.top_p, seed=params.seed, grammar=grammar,
+                              logprobs=params.logprobs)  # fmt: skip
+            decoded = generate(
+                self.model,
+                self.new_cache(),
+                prompt,
+                max_new=max_new,
+                choose=chooser,
+                is_end=self.end_ids().__contains__,
+                speculation=speculation,
+                should_stop=self._stopper(params),
+                keeper=state_keeper(self.model),
+                forced=grammar.forced if grammar is not None else None,
+            )
+            text = self.tokenizer.decode(decoded.tokens, skip_special_tokens=True)
+        text, finish = _cut(text, decoded, params)
+        seconds = time.perf_counter() - start
+        return ChatResult(
+            text=text,
+            usage=Usage(len(prompt), len(decoded.tokens), calls=1, seconds=seconds),
+            finish_reason=finish,
+            timings=Timings(total_s=seconds, prefill_s=decoded.prefill_s, decode_s=decoded.decode_s),
+            model=self.name,
+            stats=self._stats(prompt, decoded, chooser, speculation),
+        )
+
+    def _stopper(self, params: SamplingParams) -> Any:
+        decode = self.tokenizer.decode
+
+        def should_stop(tokens: Sequence[int]) -> bool:
+            if len(tokens) >= REPEAT_MIN_ITEMS and repeating(tokens):
+                return True
+            return bool(params.stop) and any(s in decode(tokens[-64:]) for s in params.stop)
+
+        return should_stop
+
+    def _stats(self, prompt: Sequence[int], d: Decoded, chooser: Chooser, spec: Speculation) -> dict[str, Any]:
+        stats: dict[str, Any] = {
+            "mode": spec.config.mode,
+            "prefill_computed": len(prompt) - 1,
+            "decode_tokens": len(d.tokens),
+            "verify_steps": d.steps,
+            "drafted": d.drafted,
+            "accepted": d.accepted,
+            "acceptance": round(d.accepted / d.drafted, 4) if d.drafted else None,
+            "tokens_per_step": round(len(d.tokens) / d.steps, 3) if d.steps else None,
+            "verified_tokens": d.nodes,
+            "accepted_lengths": dict(sorted(d.accepted_lengths.items())),
+            "prompt_ids": list(prompt),
+            "token_ids": list(d.tokens),
+        }
+        if len(d.tokens) >= REPEAT_MIN_ITEMS and (period := repeating(d.tokens)):
+            stats["looping"] = period
+        if chooser.logprobs:
+            piece = self.tokenizer.decode
+            stats["logprobs"] = [[[piece([i]), lp] for i, lp in step] for step in chooser.top[: len(d.tokens) + 1]]
+        return stats
+
+
+def _cut(text: str, decoded: Decoded, params: SamplingParams) -> tuple[str, Any]:
+    """The reply up to its first stop string, and why it ended (a reply cut in a loop ends by length)."""
+    for s in params.stop:
+        if s in text:
+            return text[: text.index(s)], "stop"
+    looping = len(decoded.tokens) >= REPEAT_MIN_ITEMS and repeating(decoded.tokens)
+    return text, "length" if looping else decoded.finish

@@ -1,0 +1,239 @@
+"""The decode loop: prefill, then verify steps over token trees until an end, a stop or the token limit.
+
+Plain decoding is the same loop with trees of only the root; chain speculation limits every node to one child.
+Drafts come from the job's own text (``draft.ContextIndex``), their shape from measured acceptance and cost
+(``draft.shape_tree``). ``Chooser`` picks the target's token at each node: greedy or sampled, masked by a JSON
+schema's grammar when there is one, recording top log-probabilities when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from minions.errors import ConfigError
+
+from .draft import Acceptance, ContextIndex, CostCurve, shape_tree
+from .hybrid import AttentionState, StateKeeper
+from .tree import TokenTree, keep_path, verify, walk
+
+__all__ = ["Chooser", "Decoded", "JsonGrammar", "Mode", "SpecConfig", "Speculation", "generate", "measure_cost"]
+
+Mode = Literal["plain", "chain", "tree"]
+FORCED_SUPPORT = 1e6
+"""A grammar's forced tokens outrank any context draft."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpecConfig:
+    mode: Mode = "tree"
+    max_nodes: int = 48
+    """Drafted nodes per verify step at most (the cost curve usually picks fewer)."""
+    max_depth: int = 16
+    width: int = 4
+    """Children per node in tree mode (chain mode uses 1)."""
+
+
+class Speculation:
+    """What speculation learns across the jobs of one backend: acceptance by depth and rank, and T(n)."""
+
+    def __init__(self, config: SpecConfig, cost: CostCurve) -> None:
+        self.config, self.cost = config, cost
+        width = 1 if config.mode == "chain" else config.width
+        self.width = width
+        self.acceptance = Acceptance(config.max_depth, width)
+
+
+@dataclass(slots=True)
+class Decoded:
+    tokens: list[int]
+    """Generated ids, without the end token."""
+    finish: Literal["stop", "length"]
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    steps: int = 0
+    """Forward passes after the prefill (one per verify step)."""
+    drafted: int = 0
+    accepted: int = 0
+    nodes: int = 0
+    """Tokens sent through verify steps (roots included)."""
+    accepted_lengths: dict[int, int] = field(default_factory=dict)
+    """How many steps accepted each number of drafts."""
+
+
+class JsonGrammar:
+    """A JSON schema as a token mask (llguidance): ``mask`` the logits, then ``consume`` the chosen token."""
+
+    def __init__(self, tokenizer: Any, schema: Mapping[str, Any]) -> None:
+        import llguidance
+        import llguidance.torch as llt
+
+        self._llt = llt
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_flexible": False}
+        )
+        self.matcher = llguidance.LLMatcher(tokenizer, grammar)
+        if self.matcher.is_error():
+            raise ConfigError(f"The JSON schema cannot be enforced: {self.matcher.get_error()}. Simplify the schema.")
+        self.bitmask = llt.allocate_token_bitmask(1, tokenizer.vocab_size)
+        self.vocab_size = tokenizer.vocab_size
+
+    def mask(self, logits: torch.Tensor) -> torch.Tensor:
+        self._llt.fill_next_token_bitmask(self.matcher, self.bitmask, 0)
+        logits = logits[: self.vocab_size].clone()
+        self._llt.apply_token_bitmask_inplace(logits, self.bitmask[0])
+        return logits
+
+    def forced(self) -> list[int]:
+        """The tokens the schema forces next (a key, its quotes and colon): drafts the target must accept."""
+        return list(self.matcher.compute_ff_tokens())
+
+    def consume(self, token: int) -> None:
+        if not self.matcher.consume_token(token):
+            raise RuntimeError(f"the grammar refused a token it allowed: {self.matcher.get_error()}")
+
+
+class Chooser:
+    """The target's token at a node: argmax at temperature 0, else a sample (top-p), under the grammar."""
+
+    def __init__(
+        self,
+        *,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        grammar: JsonGrammar | None = None,
+        logprobs: int = 0,
+    ) -> None:
+        self.temperature, self.top_p, self.grammar, self.logprobs = temperature, top_p, grammar, logprobs
+        self.generator = torch.Generator().manual_seed(seed if seed is not None else 0)
+        if seed is None:
+            self.generator.seed()
+        self.top: list[list[tuple[int, float]]] = []
+        """Per chosen token, the ``logprobs`` most likely ids and their log-probabilities (unmasked)."""
+
+    def __call__(self, node: int, logits: torch.Tensor) -> int:
+        if self.logprobs:
+            lp = torch.log_softmax(logits, -1)
+            values, ids = lp.topk(self.logprobs)
+            self.top.append([(int(i), float(v)) for i, v in zip(ids, values, strict=True)])
+        if self.grammar is not None:
+            logits = self.grammar.mask(logits)
+        token = self._pick(logits)
+        if self.grammar is not None:
+            self.grammar.consume(token)
+        return token
+
+    def _pick(self, logits: torch.Tensor) -> int:
+        if self.temperature <= 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits / self.temperature, -1)
+        if self.top_p < 1.0:
+            # keep the most likely tokens whose mass reaches top_p (the first always stays)
+            sorted_p, order = probs.sort(descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p >= self.top_p
+            sorted_p[drop] = 0.0
+            probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def generate(
+    model: Any,
+    cache: Any,
+    prompt: Sequence[int],
+    *,
+    max_new: int,
+    choose: Callable[[int, torch.Tensor], int],
+    is_end: Callable[[int], bool],
+    speculation: Speculation | None = None,
+    should_stop: Callable[[Sequence[int]], bool] | None = None,
+    keeper: StateKeeper | None = None,
+    forced: Callable[[], list[int]] | None = None,
+) -> Decoded:
+    """Decode after ``prompt`` into an empty ``cache``; ``speculation=None`` (or mode plain) decodes plainly.
+
+    ``keeper`` keeps the accepted path's state after each verify step (``hybrid.state_keeper(model)``; default:
+    attention KV only). ``forced()``: tokens a grammar forces next, drafted ahead of the context's guesses.
+    """
+    keeper = keeper or AttentionState()
+    if not prompt:
+        raise ValueError("generate needs at least one prompt token")
+    start = time.perf_counter()
+    if len(prompt) > 1:  # the last prompt token is the first tree's root
+        with torch.inference_mode():
+            model(input_ids=torch.tensor([list(prompt[:-1])]), cache=cache, use_cache=True)
+    out = Decoded(tokens=[], finish="length", prefill_s=time.perf_counter() - start)
+    start = time.perf_counter()
+    index = ContextIndex()
+    past, root, context = len(prompt) - 1, prompt[-1], list(prompt)
+    spec = speculation if speculation is not None and speculation.config.mode != "plain" else None
+    width = (spec.width if keeper.branching else 1) if spec is not None else 1
+    while len(out.tokens) < max_new:
+        tree, ranks = TokenTree.chain(root), [0]
+        if spec is not None:
+            depth = min(spec.config.max_depth, max_new - len(out.tokens) - 1)
+            trie = index.drafts(context, depth)
+            if forced is not None and depth > 0:
+                trie.add(forced()[:depth], FORCED_SUPPORT)
+            tree, ranks, _ = shape_tree(root, trie, spec.acceptance, spec.cost,
+                                        max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
+        keeper.before(cache)
+        logits = verify(model, cache, tree, past)  # [n, V]
+        path, nxt = walk(tree, logits, choose, stop=is_end)
+        if spec is not None:
+            spec.acceptance.record(tree, ranks, path)
+        keeper.commit(model, cache, past, tree, path)
+        past += len(path)
+        out.steps, out.nodes = out.steps + 1, out.nodes + len(tree)
+        out.drafted, out.accepted = out.drafted + len(tree) - 1, out.accepted + len(path) - 1
+        out.accepted_lengths[len(path) - 1] = out.accepted_lengths.get(len(path) - 1, 0) + 1
+        emitted = [tree.tokens[i] for i in path[1:]]
+        room = max_new - len(out.tokens)
+        if is_end(nxt):  # as plain decoding: an end right after the limit is not seen, the finish is "length"
+            out.finish = "stop" if len(emitted) < room else "length"
+            out.tokens.extend(emitted[:room])
+            break
+        emitted.append(nxt)
+        out.tokens.extend(emitted[:room])
+        context.extend(emitted)
+        root = nxt
+        if should_stop is not None and should_stop(out.tokens):
+            out.finish = "stop"
+            break
+    out.decode_s = time.perf_counter() - start
+    return out
+
+
+def measure_cost(
+    model: Any,
+    new_cache: Callable[[], Any],
+    *,
+    past: int = 512,
+    sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 48, 64),
+    repeats: int = 3,
+) -> CostCurve:
+    """T(n): the median time of one verify forward over a chain of ``n`` tokens after ``past`` cached tokens."""
+    vocab = int(model.config.vocab_size)
+    ids = [(7 * i + 3) % vocab for i in range(past + max(sizes))]
+    cache = new_cache()
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([ids[:past]]), cache=cache, use_cache=True)
+    seconds = []
+    for n in sizes:
+        times = []
+        for _ in range(repeats + 1):  # the first call warms up this shape
+            tree = TokenTree.chain(ids[past], ids[past + 1 : past + n])
+            t0 = time.perf_counter()
+            verify(model, cache, tree, past)
+            times.append(time.perf_counter() - t0)
+            keep_path(cache, past, [])
+        seconds.append(sorted(times[1:])[len(times[1:]) // 2])
+    # measured noise must not make a bigger forward look cheaper than a smaller one
+    for i in range(1, len(seconds)):
+        seconds[i] = max(seconds[i], seconds[i - 1])
+    return CostCurve(tuple(sizes), tuple(seconds))

@@ -1,0 +1,181 @@
+"""Token trees on a tiny random-weight Llama built here: verification equals sequential decoding, and greedy or
+seeded sampled decoding with trees equals plain decoding token for token."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from minions.backends.pytorch import (  # noqa: E402
+    Acceptance,
+    Chooser,
+    ContextIndex,
+    CostCurve,
+    SpecConfig,
+    Speculation,
+    TokenTree,
+    ancestor_mask,
+    generate,
+    keep_path,
+    shape_tree,
+    verify,
+)
+
+VOCAB = 48
+FLAT = CostCurve((1, 8, 32, 64), (1.0, 1.1, 1.3, 1.8))
+"""A cost curve like PyTorch's on a CPU: verifying many tokens costs little more than one."""
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def new_cache(model):
+    return transformers.DynamicCache(config=model.config)
+
+
+def prefill(model, tokens):
+    cache = new_cache(model)
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([tokens]), cache=cache, use_cache=True)
+    return cache
+
+
+def sequential_logits(model, tokens):
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens])).logits[0].float()
+
+
+def copy_heavy_prompt(seed: int) -> list[int]:
+    """Random text that repeats itself, so context drafts get accepted."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, VOCAB - 1, (24,), generator=g).tolist()
+    return base + base[:8] + base
+
+
+TREE = TokenTree((5, 7, 9, 11, 7, 3, 8, 2, 4), (-1, 0, 0, 0, 1, 1, 2, 4, 7))
+
+
+def test_every_root_to_leaf_path_gets_the_logits_of_sequential_decoding(model) -> None:
+    prompt = copy_heavy_prompt(1)
+    cache = prefill(model, prompt)
+    logits = verify(model, cache, TREE, len(prompt))
+    assert cache.get_seq_length() == len(prompt) + len(TREE)
+    assert len(TREE.paths()) == 4
+    for path in TREE.paths():
+        reference = sequential_logits(model, prompt + [TREE.tokens[i] for i in path])[len(prompt) :]
+        torch.testing.assert_close(logits[path], reference, atol=1e-5, rtol=1e-4)
+
+
+def test_keeping_a_path_leaves_the_cache_of_prefilling_that_path(model) -> None:
+    prompt = copy_heavy_prompt(2)
+    cache = prefill(model, prompt)
+    verify(model, cache, TREE, len(prompt))
+    path = [0, 1, 4, 7, 8]  # branches off the node order: an index select, not a slice
+    keep_path(cache, len(prompt), path)
+    reference = prefill(model, prompt + [TREE.tokens[i] for i in path])
+    for got, want in zip(cache.layers, reference.layers, strict=True):
+        torch.testing.assert_close(got.keys, want.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got.values, want.values, atol=1e-5, rtol=1e-4)
+
+
+def test_the_ancestor_mask_lets_a_node_see_the_past_its_ancestors_and_itself() -> None:
+    mask = ancestor_mask(TREE, 3, torch.float32)[0, 0] == 0
+    assert mask.shape == (len(TREE), 3 + len(TREE))
+    assert mask[:, :3].all()
+    seen = {i: {j for j in range(len(TREE)) if mask[i, 3 + j]} for i in range(len(TREE))}
+    assert seen[8] == {0, 1, 4, 7, 8}
+    assert seen[6] == {0, 2, 6}
+    assert seen[3] == {0, 3}
+
+
+def decode(model, prompt, mode, *, chooser=None, max_new=48, end=None):
+    speculation = Speculation(SpecConfig(mode=mode), FLAT)
+    return generate(model, new_cache(model), prompt, max_new=max_new, choose=chooser or Chooser(),
+                    is_end=lambda t: t == end, speculation=speculation)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_decoding_with_trees_and_chains_equals_plain_greedy(model, seed: int) -> None:
+    prompt = copy_heavy_prompt(seed)
+    plain = decode(model, prompt, "plain")
+    chain = decode(model, prompt, "chain")
+    tree = decode(model, prompt, "tree")
+    assert chain.tokens == plain.tokens
+    assert tree.tokens == plain.tokens
+    assert tree.finish == plain.finish
+    assert plain.steps == len(plain.tokens) + (plain.finish == "stop")
+    # speculation happened: drafts were accepted, in fewer forward passes
+    assert tree.accepted > 0
+    assert tree.steps < plain.steps
+
+
+def test_seeded_sampling_with_trees_draws_the_same_tokens_as_plain_sampling(model) -> None:
+    """The walk asks the target for exactly one sample per emitted token, in order: with one seed, tree decoding
+    draws the very tokens plain sampling draws, so its distribution is the target's."""
+    prompt = copy_heavy_prompt(7)
+    plain = decode(model, prompt, "plain", chooser=Chooser(temperature=0.8, top_p=0.95, seed=3))
+    tree = decode(model, prompt, "tree", chooser=Chooser(temperature=0.8, top_p=0.95, seed=3))
+    other = decode(model, prompt, "plain", chooser=Chooser(temperature=0.8, top_p=0.95, seed=4))
+    assert tree.tokens == plain.tokens
+    assert other.tokens != plain.tokens  # the seed matters: the comparison above is not vacuous
+
+
+def test_the_token_limit_and_the_end_token_are_honoured(model) -> None:
+    prompt = copy_heavy_prompt(0)
+    for max_new in (1, 5):
+        tree = decode(model, prompt, "tree", max_new=max_new)
+        assert tree.tokens == decode(model, prompt, "plain", max_new=max_new).tokens
+        assert len(tree.tokens) == max_new and tree.finish == "length"
+    full = decode(model, prompt, "plain").tokens
+    end = full[20]  # ends the reply where it first appears
+    tree = decode(model, prompt, "tree", end=end)
+    assert tree.tokens == full[: full.index(end)]
+    assert tree.finish == "stop"
+
+
+def test_context_drafts_rank_continuations_by_their_support() -> None:
+    index = ContextIndex(min_n=2)
+    # "1 2" is followed by 3 twice (once after a longer match) and by 4 once
+    tokens = [9, 1, 2, 3, 5, 8, 1, 2, 4, 6, 9, 1, 2, 3, 7, 0, 9, 1, 2]
+    trie = index.drafts(tokens, depth=3)
+    ranked = [t for t, _ in trie.ranked()]
+    assert ranked == [3, 4]
+    assert {t for t, _ in trie.children[3][1].ranked()} == {5, 7}
+    assert ContextIndex(min_n=2).drafts([1, 2], depth=3).children == {}  # its own end is not a match
+
+
+def test_the_tree_shape_grows_only_while_it_pays() -> None:
+    trie = ContextIndex(min_n=2).drafts([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2], depth=4)
+    sure = Acceptance(8, 4, prior=lambda d, r: 0.9 if r == 0 else 0.3)
+    tree, ranks, expected = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=4)
+    assert tree.tokens[:2] == (0, 3) and len(tree) > 4
+    assert expected > 1.0
+    assert ranks[0] == 0 and max(ranks) == 1  # both continuations after "3 4" are drafted
+    chain, _, _ = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=1)
+    assert all(p == i - 1 for i, p in enumerate(chain.parents))
+    linear = CostCurve((1, 64), (1.0, 64.0))  # every token costs a full step: no draft pays
+    alone, _, _ = shape_tree(0, trie, sure, linear, max_nodes=32, width=4)
+    assert alone.tokens == (0,)
+
+
+def test_acceptance_counts_nodes_whose_parent_was_accepted() -> None:
+    acceptance = Acceptance(4, 2, prior=lambda d, r: 0.5)
+    tree = TokenTree((0, 1, 2, 3, 4), (-1, 0, 0, 1, 2))
+    acceptance.record(tree, [0, 0, 1, 0, 0], [0, 1, 3])
+    assert acceptance.tried[1] == [1, 1] and acceptance.accepted[1] == [1, 0]
+    assert acceptance.tried[2] == [1, 0] and acceptance.accepted[2] == [1, 0]  # node 4's parent was rejected
+    assert acceptance.p(1, 0) > 0.5 > acceptance.p(1, 1)
+
+
+def test_a_tree_needs_parents_before_children() -> None:
+    with pytest.raises(ValueError, match="earlier node"):
+        TokenTree((1, 2, 3), (-1, 2, 0))
