@@ -1,4 +1,4 @@
-"""Where local model files come from: the embedded default, and converted copies in the user's cache."""
+"""Where local model files come from: the embedded default, a path, or a model pulled (``backends.hub``)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,18 @@ def smollm2_path() -> Path:
 
 
 def resolve_model_path(path: str | os.PathLike[str]) -> Path:
+    """A GGUF file: ``path`` itself, else the pulled model of that name (``minions models pull``)."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ModelNotFoundError(f"Model file {str(p)!r} does not exist: give the path of a .gguf file.")
+        from .hub import find_pulled
+
+        pulled = find_pulled(str(path))
+        if pulled is None:
+            raise ModelNotFoundError(
+                f"Model file {str(p)!r} does not exist and no pulled model has that name: give the path of a .gguf "
+                "file, or pull one with `minions models pull OWNER/REPO[/FILE]` (`minions models` lists them)."
+            )
+        p = Path(pulled.path)
     with p.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise ModelNotFoundError(f"{str(p)!r} is not a GGUF model file: convert it with llama.cpp first.")

@@ -1,7 +1,8 @@
 """The ``minions`` command line.
 
     minions ask FILE... "question"      answer a question about local documents
-    minions models                      what is configured and available
+    minions models                      what is configured, available and pulled
+    minions models pull OWNER/REPO[/FILE]   a GGUF model from the Hugging Face Hub
     minions bench cost|engine|speculative|pdf|evidence|fleet
     minions app [--port P]              the chat app over your documents, in the browser
     minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
@@ -104,6 +105,21 @@ def cmd_models(args: argparse.Namespace) -> int:
         print(json.dumps([i.to_dict() for i in infos], indent=2))
     else:
         print_models(infos)
+    return 0
+
+
+def cmd_models_pull(args: argparse.Namespace) -> int:
+    from minions.backends.hub import pull
+
+    model = pull(args.spec, revision=args.revision)
+    if args.json:
+        print(json.dumps(model.to_dict(), indent=2))
+    else:
+        print(
+            f"pulled {model.repo}/{model.filename} ({model.quantization}, {model.size / 1e6:.1f} MB, sha256 checked) "
+            f"to {model.path}\nuse it as llamacpp/{model.name}, e.g. minions ask FILE \"question\" --local "
+            f"llamacpp/{model.name}"
+        )
     return 0
 
 
@@ -296,9 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-rounds", type=int, help="most rounds of local work the remote model may ask for")
     ask.set_defaults(func=cmd_ask)
 
-    models = sub.add_parser("models", help="list the configured and available models")
+    models = sub.add_parser("models", help="list the configured, available and pulled models; pull one")
     models.add_argument("--json", action="store_true")
     models.set_defaults(func=cmd_models)
+    pull = models.add_subparsers(dest="models_command").add_parser(
+        "pull", help="download a GGUF model from the Hugging Face Hub (HF_ENDPOINT, HF_TOKEN), sha256 checked"
+    )
+    pull.add_argument("spec", metavar="OWNER/REPO[/FILE]", help="a GGUF repository, or one file of it")
+    pull.add_argument("--revision", help="a branch, tag or commit (default: main)")
+    pull.add_argument("--json", action="store_true")
+    pull.set_defaults(func=cmd_models_pull)
 
     _add_bench_parser(sub)
 

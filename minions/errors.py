@@ -5,6 +5,7 @@
     │   ├── UnknownProviderError    "foo/model" names no registered provider
     │   ├── MissingAPIKeyError      the provider's key variable is unset
     │   └── ModelNotFoundError      a local model file does not exist or is not a model
+    ├── DownloadError               a model download failed, or did not match the hub's checksum
     ├── DocumentError               a document cannot be used
     │   ├── DocumentNotFoundError
     │   ├── UnreadableDocumentError (corrupt or encrypted PDF, unknown format)
@@ -37,6 +38,7 @@ __all__ = [
     "ContextLengthError",
     "DocumentError",
     "DocumentNotFoundError",
+    "DownloadError",
     "EmptyDocumentError",
     "MalformedResponseError",
     "MinionsError",
@@ -70,6 +72,10 @@ class MissingAPIKeyError(ConfigError):
 
 class ModelNotFoundError(ConfigError):
     pass
+
+
+class DownloadError(MinionsError):
+    """A model download failed or its file did not match the hub's checksum; nothing half-done is kept."""
 
 
 class DocumentError(MinionsError):
