@@ -395,7 +395,8 @@ class Scheduler:
         """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
         logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
         start = time.perf_counter()
-        drafts = self._drafts(jobs) if self.spec is not None else [NO_DRAFT] * len(jobs)
+        drafting = self.spec is not None and self.spec.drafting()  # its speed gate may make this step plain
+        drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
         batch = self.lane.batch
         batch.clear()
         plan, rows = [], []
@@ -413,8 +414,12 @@ class Scheduler:
                 self.spec.observe_call(len(jobs), batch.n, time.perf_counter() - called)
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += batch.n
+            before = sum(job.drafts.emitted for job in jobs)
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
+            if self.spec is not None:  # the whole step, drafting and verifying included
+                emitted = sum(job.drafts.emitted for job in jobs) - before
+                self.spec.observe_step(len(jobs), emitted, time.perf_counter() - start, drafted=drafting)
         self.times["decode_s"] += time.perf_counter() - start
 
     def _drafts(self, jobs: list[Job]) -> list[Draft]:

@@ -12,6 +12,8 @@ run starts with no cached prompts. One JSON line per setting:
 - ``acceptance`` (accepted / drafted), ``tokens_per_step`` (tokens per decode step of the speculative run),
   ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(batch)`` it chose
   them with);
+- ``gate``: the speed gate at the end of the speculative run (``speculative.gate``): the measured gain of its
+  speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
 - ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
   tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
 """
@@ -139,9 +141,10 @@ def speculative_bench(
                     engine.clear_cache()
                     speculator.reset()
                     spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
-                    runs.append((_tok_s(plain), _tok_s(spec), plain, spec))
+                    gate = speculator.gate.to_dict() if speculator.gate is not None else {}
+                    runs.append((_tok_s(plain), _tok_s(spec), plain, spec, gate))
                 runs.sort(key=lambda r: r[1] / r[0])
-                plain_tok_s, spec_tok_s, plain, spec = runs[len(runs) // 2]  # the median pair by speedup
+                plain_tok_s, spec_tok_s, plain, spec, gate = runs[len(runs) // 2]  # the median pair by speedup
                 b = spec[0].stats["batch"]
                 curve = cost.at(batch)
                 lines.append({
@@ -160,6 +163,7 @@ def speculative_bench(
                     "mean_depth": _mean(b["depths"]),
                     "depths": b["depths"],
                     "cost_ratios": {n: round(curve(n) / curve(batch), 3) for n in (2 * batch, 4 * batch, 9 * batch)},
+                    "gate": gate,
                     "n_threads": n_threads,
                     "load_before": round(load, 2),
                     "load_after": round(os.getloadavg()[0], 2),

@@ -9,7 +9,10 @@ rolls back the rejected tokens' cells; then it tells ``learn`` what each sequenc
 2. ``choose_depths`` cuts each proposal to the length that maximises the batch's expected tokens per second on
    this machine's measured cost curve (0 is plain decoding for that sequence);
 3. every drafter's proposal, verified or not, is scored against the emitted tokens, so a drafter that was cut
-   to 0 keeps an estimate and comes back when it starts guessing well.
+   to 0 keeps an estimate and comes back when it starts guessing well;
+4. the engine times every step, drafting and verifying included, and a speed gate (``gate.SpeedGate``) makes
+   steps plain (no drafting at all) while speculative steps have measured slower than plain ones: the table
+   sees only the call, as it cost when it was measured, not the step around it on the machine as it is now.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from .depth import AcceptanceTracker, CostCurve, CostTable, choose_depths, expected_tokens
 from .drafters import ContextLookup, Drafter, TraceCache, schema_key
+from .gate import SpeedGate
 
 __all__ = ["Draft", "DraftStats", "Speculator"]
 
@@ -96,6 +100,8 @@ class Speculator:
         self._cost: CostCurve | CostTable | None = None
         self._saved = time.monotonic()
         self._calibration: dict[bool, float] = {}
+        self.gate: SpeedGate | None = SpeedGate()
+        """None: draft as the cost table says whatever the steps measure (tests that need drafts every step)."""
 
     @property
     def cost(self) -> CostCurve | CostTable:
@@ -166,6 +172,20 @@ class Speculator:
         old = self._calibration.get(drafted)
         self._calibration[drafted] = ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old)
 
+    def drafting(self) -> bool:
+        """Whether the next decode step drafts at all: always with a fixed ``depth``, else as the speed gate
+        says (plain while measured speculative steps have been slower than plain ones; see ``gate``)."""
+        return self.depth is not None or self.gate is None or self.gate.speculate()
+
+    def observe_step(self, seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
+        """A decode step over ``seqs`` sequences emitted ``emitted`` tokens in ``seconds`` (drafting, the call
+        and verifying); ``drafted``: the speculator was asked for drafts. Feeds the speed gate, in units of the
+        table's plain step for ``seqs`` sequences (ignored until the table is there)."""
+        if self._cost is None or self.gate is None or seqs <= 0:
+            return
+        plain = max(1e-9, self._cost.at(seqs)(seqs))
+        self.gate.observe(drafted, emitted / seqs, seconds / plain)
+
     def learn(self, seq: int, draft: Draft, emitted: Sequence[int], *, ended: bool = False) -> None:
         """Score every drafter's proposal against the tokens the step emitted (``ended``: the job's reply ended
         in this step and its sequence is already free; its drafters' estimates still learn)."""
@@ -187,6 +207,8 @@ class Speculator:
                 drafter.table.clear()
         self.tracker = AcceptanceTracker()
         self._calibration = {}
+        if self.gate is not None:
+            self.gate = SpeedGate()
 
     def save(self, *, force: bool = False) -> None:
         """Persist the trace caches (at most every ``SAVE_EVERY_S`` unless ``force``)."""

@@ -73,6 +73,7 @@ def _engine(**config: object) -> Engine:
     engine = Engine(default_local_model(), EngineConfig(**{**settings, **config}))  # type: ignore[arg-type]
     assert engine.speculator is not None
     engine.speculator.cost = CHEAP
+    engine.speculator.gate = None  # drafts as the table says, however the loaded machine's steps measure
     return engine
 
 

@@ -1,0 +1,93 @@
+"""The speed gate: speculation backs off when the run's own steps measure slower than plain ones, and stays on
+when they measure faster. Simulated machines (step times given), through the real ``Speculator``; no model."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from minions.backends.llamacpp.speculative import CostTable, ScriptedDrafter, Speculator
+from minions.backends.llamacpp.speculative.depth import CostCurve
+from minions.backends.llamacpp.speculative.gate import SpeedGate
+
+# One sequence: 10 ms a plain call; eight: 30 ms.
+TABLE = CostTable((1, 8), (CostCurve((1, 2, 9), (0.010, 0.014, 0.040)), CostCurve((8, 16, 72), (0.030, 0.050, 0.200))))
+
+
+def _speculator() -> Speculator:
+    spec = Speculator([ScriptedDrafter(lambda seq, tokens, k: [7] * k)], lambda: TABLE, k_max=3)
+    spec.cost = TABLE
+    return spec
+
+
+def _run(spec: Speculator, steps: int, gain_of_step: float, seqs: int = 8, slowdown: float = 1.0) -> dict[str, float]:
+    """``steps`` decode steps on a machine where a speculative step emits 2 tokens per sequence and takes
+    ``2 / gain_of_step`` plain steps' time; everything ``slowdown`` times slower than the table (load).
+    Returns the drafted share of steps and the tokens per second relative to plain decoding throughout."""
+    plain_s = TABLE.at(seqs)(seqs) * slowdown
+    drafted = tokens = 0
+    seconds = 0.0
+    for _ in range(steps):
+        drafting = spec.drafting()
+        if drafting:
+            drafted += 1
+            emitted, took = 2 * seqs, plain_s * 2 / gain_of_step
+        else:
+            emitted, took = seqs, plain_s
+        spec.observe_step(seqs, emitted, took, drafted=drafting)
+        tokens += emitted
+        seconds += took
+    return {"drafted": drafted / steps, "speedup": (tokens / seconds) / (seqs / plain_s)}
+
+
+def test_losing_speculation_backs_off_to_plain_decoding() -> None:
+    spec = _speculator()
+    result = _run(spec, 600, gain_of_step=0.8, slowdown=3.0)
+    assert spec.gate.losses >= 2
+    assert result["drafted"] < 0.1
+    assert result["speedup"] > 0.97  # a few trial steps in every back-off, no more
+
+
+def test_winning_speculation_stays_on() -> None:
+    spec = _speculator()
+    result = _run(spec, 600, gain_of_step=1.5)
+    assert spec.gate.losses == 0
+    assert result["drafted"] > 0.9  # plain only on the probes that keep the plain pace current
+    assert result["speedup"] > 1.4
+    assert spec.gate.gain == pytest.approx(1.5, rel=0.01)
+
+
+def test_the_gate_follows_the_machine_as_it_changes() -> None:
+    """Speculation wins, then load makes it lose (the gate backs off), then it wins again (the gate returns)."""
+    spec = _speculator()
+    _run(spec, 200, gain_of_step=1.3)
+    losing = _run(spec, 300, gain_of_step=0.7, slowdown=2.0)
+    assert losing["drafted"] < 0.2 and spec.gate.losses >= 1
+    winning = _run(spec, 600, gain_of_step=1.3, seqs=1)
+    assert winning["speedup"] > 1.1
+
+
+def test_units_do_not_depend_on_the_batch() -> None:
+    """Plain steps at one sequence and speculative ones at eight compare through the table's plain steps."""
+    gate = SpeedGate()
+    for seqs, step in itertools.islice(itertools.cycle([(1, 0), (8, 1)]), 40):
+        plain_s = TABLE.at(seqs)(seqs)
+        if step == 0:
+            gate.observe(False, 1.0, plain_s * 2 / plain_s)  # the machine runs at half the table's speed
+        else:
+            gate.observe(True, 1.5, plain_s * 2 / plain_s)  # 1.5 tokens per sequence in a plain step's time
+    assert gate.gain == pytest.approx(1.5)
+
+
+def test_a_fixed_depth_always_drafts_and_no_table_no_judgement() -> None:
+    spec = Speculator([ScriptedDrafter(lambda seq, tokens, k: [7] * k)], lambda: TABLE, k_max=3, depth=2)
+    assert all(spec.drafting() for _ in range(100))
+    adaptive = Speculator([ScriptedDrafter(lambda seq, tokens, k: [7] * k)], lambda: TABLE, k_max=3)
+    for _ in range(50):
+        adaptive.drafting()
+        adaptive.observe_step(8, 1, 10.0, drafted=True)  # awful, but the table was never needed: not measured
+    assert adaptive.gate.gain is None and adaptive.gate.losses == 0
+    adaptive.cost = TABLE
+    adaptive.reset()
+    assert adaptive.gate.step == 0
