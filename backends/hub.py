@@ -2,9 +2,10 @@
 
 A pull asks the hub (``HF_ENDPOINT``, default huggingface.co; ``HF_TOKEN`` for gated or private repositories)
 for the repository's files with their LFS sha256, picks the GGUF file (the one named, the only one, or the
-``PREFERRED_QUANTIZATION`` among several), downloads it with ``huggingface_hub`` (a progress bar; a cut
-connection resumes from the bytes already on disk, in the same call or the next), and checks its sha256
-against the hub's before it counts as pulled. A file that does not match is deleted and the pull fails.
+``PREFERRED_QUANTIZATION`` among several), downloads it with ``huggingface_hub``'s HTTP transfer into
+``<file>.part`` (a progress bar; a cut connection resumes from the bytes already there, in the same call or in
+the next pull after the process died), and checks its sha256 against the hub's before it counts as pulled. A
+file that does not match is deleted and the pull fails.
 
 Pulled models live in ``<cache>/models/<owner>/<repo>/<file>.gguf`` with a small manifest beside each
 (``<file>.gguf.pulled.json``: repository, revision, sha256, size); only a checked file has one, so a download cut
@@ -19,7 +20,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 PREFERRED_QUANTIZATION = "Q4_K_M"
 """Picked when a repository holds several GGUF files and the pull names none (a common size/quality balance)."""
 MANIFEST_SUFFIX = ".pulled.json"
+PART_SUFFIX = ".part"
 _QUANT = re.compile(r"(?i)(?<![A-Z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[-_.])")
 _HASH_CHUNK = 1 << 20
 
@@ -148,15 +149,14 @@ def _translate(exc: Exception, repo: str, endpoint: str) -> Exception:
 def pull(spec: str, *, revision: str | None = None, progress: bool = True) -> PulledModel:
     """Download the GGUF file ``spec`` names (``owner/repo[/file.gguf]``), check its sha256, and record it.
     ``progress``: a progress bar on stderr."""
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
     repo, file = parse_spec(spec)
     endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     token = os.environ.get("HF_TOKEN") or None
-    api = HfApi(endpoint=endpoint, token=token)
     try:
-        info = api.model_info(repo, revision=revision, files_metadata=True)
+        info = HfApi(endpoint=endpoint, token=token).model_info(repo, revision=revision, files_metadata=True)
         siblings = {s.rfilename: s for s in info.siblings or []}
         file = file or _choose(repo, list(siblings))
         if file not in siblings:
@@ -164,35 +164,65 @@ def pull(spec: str, *, revision: str | None = None, progress: bool = True) -> Pu
         lfs = siblings[file].lfs
         if lfs is None:
             raise DownloadError(f"{repo}/{file} is not stored in LFS, so the hub gives no sha256 to check it against.")
-        local = Path(
-            hf_hub_download(
-                repo,
-                file,
-                revision=info.sha,
-                local_dir=models_dir() / repo,
-                endpoint=endpoint,
-                token=token,
-                etag_timeout=30,
-                # A plain tqdm bar on stderr (huggingface_hub's own shows only on a terminal); the caller decides.
-                tqdm_class=tqdm if progress else _Quiet,
-            )
-        )
+        target = models_dir() / repo / file
+        done = _already_pulled(target, lfs.sha256)
+        if done is not None:
+            return done
+        url = hf_hub_url(repo, file, revision=info.sha, endpoint=endpoint)
+        location = get_hf_file_metadata(url, token=token, endpoint=endpoint).location
+        _download(location, target, lfs.size, token, progress)
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise _translate(exc, repo, endpoint) from exc
-    return _check_and_record(repo, file, info.sha or revision or "main", lfs.sha256, lfs.size, local)
+    return _check_and_record(repo, file, info.sha or revision or "main", lfs.sha256, lfs.size, target)
+
+
+def _already_pulled(target: Path, sha256: str) -> PulledModel | None:
+    manifest = target.with_name(target.name + MANIFEST_SUFFIX)
+    if not (target.is_file() and manifest.is_file()):
+        return None
+    model = PulledModel(**json.loads(manifest.read_text(encoding="utf-8")))
+    return model if model.sha256 == sha256 and target.stat().st_size == model.size else None
+
+
+def _download(url: str, target: Path, size: int, token: str | None, progress: bool) -> None:
+    """``url`` into ``target``'s ``.part`` file, from where an earlier download stopped (huggingface_hub's own
+    temporary files are per process, so a download killed mid-way would start again from nothing)."""
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    part = target.with_name(target.name + PART_SUFFIX)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    have = part.stat().st_size if part.exists() else 0
+    if have > size:  # not a prefix of this file
+        part.unlink()
+        have = 0
+    if have:
+        log.info("resuming %s at %d of %d bytes", target.name, have, size)
+    with part.open("r+b" if have else "wb") as f:
+        f.seek(have)
+        http_get(
+            url,
+            f,
+            resume_size=have,
+            headers=build_hf_headers(token=token),
+            expected_size=size,
+            displayed_filename=target.name,
+            tqdm_class=tqdm if progress else _Quiet,
+        )
+    part.replace(target)
 
 
 def _check_and_record(repo: str, file: str, revision: str, sha256: str, size: int, local: Path) -> PulledModel:
     actual = _sha256(local)
     if actual != sha256:
-        _discard(local)
+        local.unlink(missing_ok=True)
         raise DownloadError(
             f"{repo}/{file} does not match the hub's checksum (sha256 {actual[:16]}..., the hub says "
             f"{sha256[:16]}...): the file was deleted; run the pull again, and check HF_ENDPOINT if it fails again."
         )
     with local.open("rb") as f:
         if f.read(4) != b"GGUF":
-            _discard(local)
+            local.unlink(missing_ok=True)
             raise DownloadError(f"{repo}/{file} is not a GGUF file (its checksum matched): pull a GGUF repository.")
     model = PulledModel(repo, file, revision, sha256, size, str(local), datetime.now(UTC).isoformat(timespec="seconds"))
     manifest = local.with_name(local.name + MANIFEST_SUFFIX)
@@ -201,14 +231,6 @@ def _check_and_record(repo: str, file: str, revision: str, sha256: str, size: in
     tmp.replace(manifest)
     log.info("pulled %s/%s (%d bytes, sha256 checked) to %s", repo, file, size, local)
     return model
-
-
-def _discard(local: Path) -> None:
-    """Delete a file that failed its check, and huggingface_hub's record of it (so a new pull downloads it again)."""
-    local.unlink(missing_ok=True)
-    root = next((p for p in local.parents if (p / ".cache" / "huggingface").is_dir()), None)
-    if root is not None:
-        shutil.rmtree(root / ".cache" / "huggingface" / "download", ignore_errors=True)
 
 
 def list_pulled() -> list[PulledModel]:

@@ -171,6 +171,17 @@ def test_a_cut_connection_resumes_where_it_stopped(hub: FakeHub) -> None:
     assert hub.bytes_sent == cut + size - resumed_at < 1.2 * size
 
 
+def test_a_pull_killed_mid_way_resumes_in_the_next_one(hub: FakeHub) -> None:
+    target = Path(os.environ["MINIONS_CACHE_DIR"]) / "models" / REPO / FILE
+    target.parent.mkdir(parents=True)
+    have = SIZE // 3
+    target.with_name(FILE + ".part").write_bytes(hub.files[FILE][:have])  # what a process killed mid-way left
+    model = pull(f"{REPO}/{FILE}", progress=False)
+    assert Path(model.path).read_bytes() == hub.files[FILE]
+    assert hub.gets == [f"bytes={have}-"] and hub.bytes_sent == SIZE - have
+    assert not target.with_name(FILE + ".part").exists()
+
+
 def test_a_wrong_checksum_is_refused_and_nothing_is_kept(hub: FakeHub) -> None:
     hub.advertised[FILE] = hashlib.sha256(b"another file").hexdigest()
     with pytest.raises(DownloadError, match=r"does not match the hub's checksum.*deleted"):
