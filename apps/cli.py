@@ -36,6 +36,10 @@ def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPars
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve)
 
+    from .index_cli import add_index_parsers
+
+    add_index_parsers(sub, add_model_options)
+
 
 def _add_server_options(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument(

@@ -60,6 +60,21 @@ def _pulled() -> list[ModelInfo]:
     ]
 
 
+def _kv_cache() -> ModelInfo:
+    from .llamacpp.kvstore import KVStore
+
+    store = KVStore()
+    u = store.usage()
+    per_token = f", {u.bytes / u.tokens / 1e3:.0f} KB a token" if u.tokens else ""
+    return ModelInfo(
+        "kv-cache",
+        "cache",
+        True,
+        f"saved chunk states: {u.entries} chunks, {u.tokens} tokens, {u.bytes / 1e6:.1f} MB of "
+        f"{store.max_bytes / 1e9:.1f} GB{per_token}, in {store.root} (minions cache clear)",
+    )
+
+
 def model_inventory() -> list[ModelInfo]:
     from .openai import PROVIDERS
 
@@ -95,4 +110,5 @@ def model_inventory() -> list[ModelInfo]:
         host = f"http://{host}"
     for model in _ollama_models(host):
         infos.append(ModelInfo(f"ollama/{model}", "provider", True, f"served by Ollama at {host}"))
+    infos.append(_kv_cache())
     return infos

@@ -283,6 +283,10 @@ def _add_bench_parser(sub: Any) -> None:
     _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
     _add_bench_pdf_parser(kinds, shared_data_dir("financebench"))
     _add_bench_evidence_parser(kinds, shared_data_dir("financebench"))
+
+    from minions.apps.index_cli import add_cache_bench_parser
+
+    add_cache_bench_parser(kinds)
     _add_bench_fleet_parser(kinds)
 
 

@@ -26,7 +26,7 @@ from ..base import BaseBackend, Capabilities, OnResult
 from ..models import resolve_model_path
 
 if TYPE_CHECKING:
-    from .engine import Engine, EngineConfig
+    from .engine import Engine, EngineConfig, PrefixStats
 
 __all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend"]
 
@@ -109,6 +109,18 @@ class LlamaCppBackend(BaseBackend):
             return []
         with self._lock:
             return self.engine.run(requests, on_result=on_result, on_token=on_token, cancel=cancel, seed=self.seed)
+
+    def save_prefixes(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_progress: Callable[[PrefixStats], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> PrefixStats:
+        """Compute and save the marked prefixes of ``requests`` without answering them (indexing a document
+        ahead of questions: ``protocols.indexing``)."""
+        with self._lock:
+            return self.engine.save_prefixes(requests, on_progress=on_progress, cancel=cancel)
 
     def close(self) -> None:
         """Free the model and its KV memory (the backend loads them again if used)."""

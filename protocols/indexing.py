@@ -1,0 +1,167 @@
+"""Reading documents ahead of questions: every chunk's "system prompt + chunk" computed once and saved, so a
+question later computes only itself (``backends.llamacpp.prefixes``).
+
+The chunks are cut as the local reading cuts them (``RunOptions``: ``chunk_by``, ``chunk_size``, ``overlap``) and
+the prefixes are built by the jobs' own ``job_request``, so what is saved is what the jobs restore. Only a
+backend that keeps prompt prefixes (the embedded llama.cpp model) can index; any other raises ``ConfigError``.
+
+``Library`` is the SDK's view: documents added (loaded and indexed), then asked about.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from minions.backends.base import Backend
+from minions.backends.registry import default_local, resolve
+from minions.chunking import Chunk, chunk_documents
+from minions.documents import Document, load_document
+from minions.errors import ConfigError
+from minions.events import CancelToken
+from minions.types import ChatRequest, SamplingParams
+
+from .choice import default_protocol
+from .factory import get_protocol
+from .jobs import job_request
+from .options import RunOptions
+from .result import RunResult
+
+__all__ = ["IndexProgress", "Library", "PrefixSaver", "index_documents", "index_requests"]
+
+PLACEHOLDER = "?"
+"""The question of an indexing request: the saved prefix ends before the question, so any question will do."""
+
+
+@runtime_checkable
+class PrefixSaver(Protocol):
+    """A backend that computes and keeps marked prompt prefixes (``LlamaCppBackend``)."""
+
+    def save_prefixes(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_progress: Callable[[Any], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProgress:
+    """Where indexing stands: after each chunk, and once more at the end of each document (``finished``)."""
+
+    document: str
+    pages: int
+    """Pages of the document whose chunks are done (all of them, for a document without pages: 0)."""
+    pages_total: int
+    chunks: int
+    chunks_total: int
+    tokens: int
+    """Prompt tokens computed so far in this document (chunks saved before cost none)."""
+    tokens_per_s: float
+    eta_s: float | None
+    """Seconds left for this document at the pace so far; None before the first computed chunk."""
+    finished: bool = False
+
+
+def index_requests(chunks: Sequence[Chunk]) -> list[ChatRequest]:
+    """One request per chunk, as the local jobs build them: what indexing computes is what they restore."""
+    return [job_request(PLACEHOLDER, chunk, SamplingParams(max_tokens=1)) for chunk in chunks]
+
+
+def index_documents(
+    documents: Sequence[Document],
+    local: Backend | str | None = None,
+    *,
+    options: RunOptions | None = None,
+    on_progress: Callable[[IndexProgress], None] | None = None,
+    cancel: CancelToken | None = None,
+) -> list[IndexProgress]:
+    """Compute and save every chunk prefix of ``documents`` that is not saved yet; one final ``IndexProgress``
+    per document."""
+    backend = resolve(local or default_local()) if not isinstance(local, Backend) else local
+    if not isinstance(backend, PrefixSaver):
+        raise ConfigError(
+            f"{backend.name} keeps no prompt prefixes: indexing needs the embedded model (--local llamacpp/default "
+            "or a llamacpp/<file.gguf>)."
+        )
+    o = options or RunOptions()
+    done = []
+    for doc in documents:
+        chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+        done.append(_index_one(backend, doc, chunks, on_progress, cancel))
+    return done
+
+
+def _index_one(
+    backend: PrefixSaver,
+    doc: Document,
+    chunks: Sequence[Chunk],
+    on_progress: Callable[[IndexProgress], None] | None,
+    cancel: CancelToken | None,
+) -> IndexProgress:
+    pages_total = len(doc.pages)
+    start = time.perf_counter()
+    state = IndexProgress(doc.name, 0, pages_total, 0, len(chunks), 0, 0.0, None)
+
+    def report(stats: Any) -> None:
+        nonlocal state
+        n = int(stats.done)
+        pages = max((max(c.pages, default=0) for c in chunks[:n]), default=0)
+        rate = float(stats.tokens_per_s)
+        elapsed = time.perf_counter() - start
+        eta = elapsed / n * (len(chunks) - n) if n and stats.computed_tokens else None
+        state = IndexProgress(doc.name, pages, pages_total, n, len(chunks), int(stats.computed_tokens), rate, eta)
+        if on_progress is not None:
+            on_progress(state)
+
+    backend.save_prefixes(index_requests(chunks), on_progress=report, cancel=cancel)
+    final = IndexProgress(
+        doc.name, pages_total, pages_total, len(chunks), len(chunks), state.tokens, state.tokens_per_s, 0.0, True
+    )
+    if on_progress is not None:
+        on_progress(final)
+    return final
+
+
+class Library:
+    """Documents read ahead of questions. ``add`` loads and indexes them on the local model (when it keeps prompt
+    prefixes: the embedded one does); ``ask`` answers a question over all of them, computing only the question
+    over each chunk it reads.
+
+        library = Library()                  # the embedded model, no remote: the local protocol
+        library.add("3M_2018_10K.pdf")       # minutes, once; saved under ~/.cache/minions/kv
+        library.ask("What was 3M's FY2018 capital expenditure?").answer
+    """
+
+    def __init__(
+        self,
+        local: Backend | str | None = None,
+        remote: Backend | str | None = None,
+        *,
+        protocol: str | None = None,
+        **options: Any,
+    ) -> None:
+        self.local = resolve(local or default_local()) if not isinstance(local, Backend) else local
+        self.remote = resolve(remote) if isinstance(remote, str) else remote
+        self.protocol = get_protocol(protocol or default_protocol(self.remote is not None), self.local, self.remote,
+                                     **options)  # fmt: skip
+        self.documents: list[Document] = []
+
+    def add(
+        self, *paths: str | Path | Document, on_progress: Callable[[IndexProgress], None] | None = None
+    ) -> list[IndexProgress]:
+        """Load ``paths`` (or take loaded documents) and index them; a backend that keeps no prefixes just loads."""
+        docs = [p if isinstance(p, Document) else load_document(p) for p in paths]
+        self.documents.extend(docs)
+        if not isinstance(self.local, PrefixSaver):
+            return []
+        return index_documents(docs, self.local, options=self.protocol.options, on_progress=on_progress)
+
+    def ask(self, question: str, **kwargs: Any) -> RunResult:
+        if not self.documents:
+            raise ConfigError("The library is empty: add documents first (Library.add('report.pdf')).")
+        return self.protocol.run(question, self.documents, **kwargs)
