@@ -6,7 +6,8 @@
   and ``OLLAMA_HOST=0.0.0.0`` is a common setting). Anything else is another machine, whatever the backend is
   called and whatever the name resolves to now: a host name other than ``localhost`` is never trusted.
 
-A URL without a scheme (``OLLAMA_HOST=elsewhere:1234``) is read as ``http://``.
+A URL without a scheme (``OLLAMA_HOST=elsewhere:1234``) is read as ``http://``. Several URLs joined by commas
+(a fleet of servers, ``backends.fleet``) are on this device when every one of them is.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def on_this_device(address: str | None) -> bool:
     """Whether a model at ``address`` (a base URL, or None for one in this process) runs on this device."""
     if address is None:
         return True
+    if "," in address:
+        return all(on_this_device(a) for a in address.split(","))
     try:
         parts = _split(address.strip())
         host = (parts.hostname or "").rstrip(".")
@@ -49,6 +52,8 @@ def host_of(address: str | None) -> str | None:
     """Where text sent to ``address`` goes, for messages: ``host[:port]``, the socket's path, or None (in process)."""
     if address is None:
         return None
+    if "," in address:
+        return ", ".join(str(host_of(a)) for a in address.split(","))
     try:
         parts = _split(address.strip())
     except ValueError:

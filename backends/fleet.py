@@ -89,7 +89,7 @@ class FleetBackend(BaseBackend):
             logprobs=first.logprobs,
             batching=True,
             streaming=True,
-            local=all(on_this_device(url) for url in self.base_urls),
+            local=on_this_device(self.address),
             context_window=first.context_window,
         )
         self._turn = itertools.count()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from minions.backends.address import host_of
 from minions.backends.fleet import FleetBackend
 from minions.backends.registry import resolve
 from minions.errors import UnknownProviderError
@@ -96,6 +97,7 @@ def test_spelled_as_openai_compatible_with_several_urls() -> None:
     assert fleet.capabilities.local and fleet.capabilities.batching
     elsewhere = resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,http://192.0.2.7:8002/v1")
     assert not elsewhere.capabilities.local  # one server on another machine: prompts leave the device
+    assert host_of(elsewhere.address) == "127.0.0.1:8001, 192.0.2.7:8002"  # where the egress log says prompts went
     with pytest.raises(UnknownProviderError, match=r"<base_url>\[,<base_url>\.\.\.\]"):
         resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,h2:8002")
 
