@@ -1,7 +1,7 @@
 """Evaluation harness: benchmark loaders, metrics, a resumable runner and accuracy-against-cost reports.
 
     from minions.evals import load_dataset, run_eval, write_report
-    dataset = load_dataset("financebench", "../shared/data/financebench", subset="numerical")
+    dataset = load_dataset("financebench", "path/to/financebench", subset="numerical")
     run_eval(dataset, "remote", local="llamacpp/default", remote="openai/gpt-4o-mini", out="fb-remote.jsonl")
     run_eval(dataset, "minions", local="llamacpp/default", remote="openai/gpt-4o-mini", out="fb-minions.jsonl")
     write_report(["fb-remote.jsonl", "fb-minions.jsonl"], "report/")

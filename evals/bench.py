@@ -28,6 +28,7 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
+from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
 from minions.protocols.ranking import lexical_rank
 from minions.protocols.reading import chunk_evidence
@@ -125,9 +126,9 @@ def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None
     return {k: round(mean(r[k] for r in rows if r[k] is not None), 3) for k in rows[0]}
 
 
-def evidence_bench(data: str | Path, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
+def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
     """One line per question (see the module's docstring), then the summary line."""
-    dataset = load_financebench(data)
+    dataset = load_financebench(benchmark_data("financebench", data, expected="a FinanceBench checkout"))
     items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
     items = items[: config.limit] if config.limit else items
     local = None if config.lexical_only else resolve(config.local)

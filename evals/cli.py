@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minions.paths import shared_data_dir
+from minions.paths import benchmark_data
 
 from .datasets import DATASETS, dataset_spec, describe_datasets, load_dataset
 from .errors import EvalError
@@ -31,14 +31,8 @@ __all__ = ["add_eval_parser", "cmd_eval_datasets", "cmd_eval_report", "cmd_eval_
 AddModelOptions = Callable[[argparse.ArgumentParser], None]
 ResolveModels = Callable[[argparse.Namespace], tuple[Any, Any]]
 
-SHARED_DATA = {
-    "financebench": "financebench",
-    "leval-scientific": "leval",
-    "leval-financial": "leval",
-    "pubmedqa": "pubmedqa",
-    "bamboo-paperqa": "bamboo",
-}
-"""Where ``--data`` defaults to, under ../shared/data, when that folder exists beside the checkout."""
+DATA_FOLDERS = {"leval-scientific": "leval", "leval-financial": "leval", "bamboo-paperqa": "bamboo"}
+"""The folder under ``$MINIONS_DATA`` that ``--data`` defaults to, where it is not the dataset's own name."""
 
 
 def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
@@ -57,12 +51,7 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
 
 def _data_path(args: argparse.Namespace) -> str:
     spec = dataset_spec(args.dataset)
-    if args.data:
-        return str(args.data)
-    shared = shared_data_dir(SHARED_DATA[spec.name]) if spec.name in SHARED_DATA else None
-    if shared is None:
-        raise EvalError(f"Pass --data PATH for {spec.name}: {spec.expected}.")
-    return shared
+    return str(benchmark_data(DATA_FOLDERS.get(spec.name, spec.name), args.data, expected=spec.expected))
 
 
 def _progress(record: dict[str, Any], done: int, total: int) -> None:
@@ -148,7 +137,10 @@ def add_eval_parser(sub: Any, add_model_options: AddModelOptions, resolve_models
 
     run = kinds.add_parser("run", help="run a protocol over a benchmark; appends to and resumes --out")
     run.add_argument("dataset", metavar="DATASET", help=f"one of {', '.join(DATASETS)}")
-    run.add_argument("--data", help="the benchmark in its official layout (see `minions eval datasets`)")
+    run.add_argument(
+        "--data",
+        help="the benchmark in its official layout (see `minions eval datasets`); default: $MINIONS_DATA/<its folder>",
+    )
     run.add_argument(
         "--protocol",
         action="append",

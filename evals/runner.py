@@ -1,6 +1,6 @@
 """Run a protocol over a benchmark's items and append one JSONL line per item; resume where a run stopped.
 
-    dataset = load_dataset("financebench", "../shared/data/financebench", subset="numerical")
+    dataset = load_dataset("financebench", "path/to/financebench", subset="numerical")
     summary = run_eval(dataset, "minions", local="llamacpp/default", remote="openai/gpt-4o-mini",
                        out="results/fb-minions.jsonl", sample=20, seed=0)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from minions.errors import ConfigError, MinionsError
+from minions.paths import DATA_ENV
 
 if TYPE_CHECKING:
     from minions.protocols import RunResult
@@ -145,14 +146,14 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench_engine_parser(kinds: Any, data_default: str | None) -> None:
+def _add_bench_engine_parser(kinds: Any) -> None:
     from minions.backends.llamacpp.bench import BenchConfig
 
     d = BenchConfig()
     engine = kinds.add_parser(
         "engine", help="local jobs one at a time vs batched (shared prefixes, constrained JSON), same model"
     )
-    engine.add_argument("--data", default=data_default, help="FinanceBench checkout or its pdfs/ folder")
+    _add_data_option(engine, "FinanceBench checkout or its pdfs/ folder")
     engine.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     engine.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     engine.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
@@ -176,12 +177,12 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench_speculative_parser(kinds: Any, data_default: str | None) -> None:
+def _add_bench_speculative_parser(kinds: Any) -> None:
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig
 
     d = SpecBenchConfig()
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
-    spec.add_argument("--data", default=data_default, help="FinanceBench checkout or its pdfs/ folder")
+    _add_data_option(spec, "FinanceBench checkout or its pdfs/ folder")
     spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
@@ -199,10 +200,10 @@ def cmd_bench_pdf(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench_pdf_parser(kinds: Any, data_default: str | None) -> None:
+def _add_bench_pdf_parser(kinds: Any) -> None:
     pdf = kinds.add_parser("pdf", help="PDF text extraction in pages/s (load_document, and pypdf beside it)")
     pdf.add_argument("files", nargs="+", metavar="FILE", help="PDFs: paths, or names in --data or its pdfs/")
-    pdf.add_argument("--data", default=data_default, help="a folder of PDFs, or a FinanceBench checkout")
+    _add_data_option(pdf, "a folder of PDFs, or a FinanceBench checkout")
     pdf.add_argument("--pypdf-pages", type=int, help="time pypdf on the first N pages only (0: skip; default: all)")
     pdf.set_defaults(func=cmd_bench_pdf)
 
@@ -225,12 +226,12 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_bench_evidence_parser(kinds: Any, data_default: str | None) -> None:
+def _add_bench_evidence_parser(kinds: Any) -> None:
     from minions.evals.bench import EvidenceBenchConfig
 
     d = EvidenceBenchConfig()
     ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
-    ev.add_argument("--data", default=data_default, required=data_default is None, help="a FinanceBench checkout")
+    _add_data_option(ev, "a FinanceBench checkout")
     ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
     ev.add_argument("--id", action="append", help="only this question (repeatable)")
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
@@ -265,24 +266,22 @@ def _add_bench_fleet_parser(kinds: Any) -> None:
     fleet.set_defaults(func=cmd_bench_fleet)
 
 
-def _add_bench_parser(sub: Any) -> None:
-    from minions.paths import shared_data_dir
+def _add_data_option(parser: Any, what: str) -> None:
+    parser.add_argument("--data", help=f"{what} (default: ${DATA_ENV}/financebench)")
 
+
+def _add_bench_parser(sub: Any) -> None:
     bench = sub.add_parser("bench", help="benchmarks; each prints one JSON line per setting")
     kinds = bench.add_subparsers(dest="bench", required=True)
     cost = kinds.add_parser("cost", help="remote tokens of minions vs remote-only on FinanceBench filings")
-    cost.add_argument(
-        "--data",
-        default=shared_data_dir("financebench"),
-        help="a FinanceBench checkout (data/*.jsonl and pdfs/); default: ../shared/data/financebench",
-    )
+    _add_data_option(cost, "a FinanceBench checkout (data/*.jsonl and pdfs/)")
     cost.add_argument("--items", type=int, default=3)
     _add_model_options(cost)
     cost.set_defaults(func=cmd_bench_cost)
-    _add_bench_engine_parser(kinds, shared_data_dir("financebench"))
-    _add_bench_speculative_parser(kinds, shared_data_dir("financebench"))
-    _add_bench_pdf_parser(kinds, shared_data_dir("financebench"))
-    _add_bench_evidence_parser(kinds, shared_data_dir("financebench"))
+    _add_bench_engine_parser(kinds)
+    _add_bench_speculative_parser(kinds)
+    _add_bench_pdf_parser(kinds)
+    _add_bench_evidence_parser(kinds)
 
     from minions.apps.index_cli import add_cache_bench_parser
 

@@ -1,11 +1,17 @@
-"""Where minions keeps its files: converted models, tokenizer files, the speculator's traces."""
+"""Where minions keeps its files (converted models, tokenizer files, the speculator's traces) and where it finds
+benchmark data (``--data``, else ``$MINIONS_DATA``)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "shared_data_dir"]
+from minions.errors import ConfigError
+
+__all__ = ["DATA_ENV", "benchmark_data", "cache_dir"]
+
+DATA_ENV = "MINIONS_DATA"
+"""A folder that holds the benchmarks' downloads side by side, one folder each (``financebench/``, ``leval/``, ...)."""
 
 
 def cache_dir() -> Path:
@@ -17,7 +23,16 @@ def cache_dir() -> Path:
     return Path(base) / "minions"
 
 
-def shared_data_dir(name: str) -> str | None:
-    """``../shared/data/<name>`` beside this checkout, where the benchmark files live, if present."""
-    candidate = Path(__file__).resolve().parents[2] / "shared" / "data" / name
-    return str(candidate) if candidate.is_dir() else None
+def benchmark_data(name: str, given: str | os.PathLike[str] | None = None, *, expected: str = "") -> Path:
+    """Where benchmark ``name``'s files are: ``given`` (what ``--data`` says), else ``$MINIONS_DATA/<name>``.
+    With neither, a ``ConfigError`` that says what to pass (``expected``: what that folder holds)."""
+    if given is not None and str(given):
+        return Path(given)
+    root = os.environ.get(DATA_ENV)
+    if root:
+        return Path(root) / name
+    holds = f" ({expected})" if expected else ""
+    raise ConfigError(
+        f"No {name} data: pass --data PATH{holds}, or set {DATA_ENV} to the folder that holds {name}/ "
+        "beside the other benchmarks' downloads."
+    )

@@ -18,14 +18,14 @@ from typing import Any
 from minions.backends.base import Backend
 from minions.backends.registry import default_local, resolve
 from minions.documents import load_document
+from minions.paths import benchmark_data
 
 from .minions_protocol import Minions
 
-__all__ = ["BENCH_OPTIONS", "DEFAULT_DATA_DIR", "cost_bench", "financebench_items"]
+__all__ = ["BENCH_OPTIONS", "cost_bench", "financebench_items"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = Path("/work/shared/data/financebench")
 BENCH_OPTIONS: dict[str, Any] = {
     "max_rounds": 2,
     "max_jobs_per_round": 12,
@@ -53,17 +53,19 @@ def financebench_items(data_dir: Path, items: int) -> list[dict[str, Any]]:
 
 
 def cost_bench(
-    data_dir: Path = DEFAULT_DATA_DIR,
+    data_dir: str | Path | None = None,
     items: int = 3,
     local: Backend | str | None = None,
     remote: Backend | str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Run Minions on ``items`` FinanceBench questions; count what RemoteOnly would have sent."""
+    """Run Minions on ``items`` FinanceBench questions (``data_dir``: a FinanceBench checkout, default
+    ``$MINIONS_DATA/financebench``); count what RemoteOnly would have sent."""
+    data = benchmark_data("financebench", data_dir, expected="a FinanceBench checkout with data/ and pdfs/")
     local_backend = resolve(local or default_local())
     protocol = Minions(local_backend, resolve(remote) if remote else None, **{**BENCH_OPTIONS, **options})
     rows, start = [], time.perf_counter()
-    for item in financebench_items(Path(data_dir), items):
+    for item in financebench_items(data, items):
         doc = load_document(item["pdf"])
         t = time.perf_counter()
         result = protocol.run(item["question"], [doc])

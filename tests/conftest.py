@@ -1,4 +1,5 @@
-"""Shared fixtures: the shipped SmolLM2 model, and a real OpenAI-compatible server serving it.
+"""Shared fixtures: the shipped SmolLM2 model, a real OpenAI-compatible server serving it, and where the
+benchmarks' downloads are.
 
 The server is llama-cpp-python's (``python -m llama_cpp.server``), started once per session on a free port
 of 127.0.0.1. Tests that use it are marked ``slow``; they are skipped, saying why, where llama-cpp-python
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -21,12 +23,26 @@ import httpx
 import pytest
 
 from minions.backends.models import smollm2_path
+from minions.paths import DATA_ENV
 
 SERVER_START_TIMEOUT_S = 60.0
 SERVER_CONTEXT = 4096
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
 ServerStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, "subprocess.Popen[bytes]"]]]
+
+
+BENCHMARK_DATA = Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
+"""The benchmarks' downloads the tests read: ``$MINIONS_DATA``, else the developers' copy in ``../shared/data``
+beside the checkout. Tests that need a file there are skipped where it is absent; library code never names it."""
+
+
+@pytest.fixture
+def benchmark_data(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``BENCHMARK_DATA``, set as ``$MINIONS_DATA`` for the test (and the commands it starts), so code finds the
+    data the way a user's ``MINIONS_DATA`` makes it do."""
+    monkeypatch.setenv(DATA_ENV, str(BENCHMARK_DATA))
+    return BENCHMARK_DATA
 
 
 @pytest.fixture(scope="session", autouse=True)

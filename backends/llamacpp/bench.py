@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from minions.errors import ConfigError
+from minions.paths import benchmark_data
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
@@ -96,10 +97,10 @@ class BenchConfig:
 
 
 def find_document(data: str | os.PathLike[str] | None, name: str) -> Path:
-    """``data`` is a FinanceBench checkout (with ``pdfs/``) or the folder of PDFs itself."""
-    if data is None:
-        raise ConfigError("No FinanceBench data found: pass --data DIR (a checkout with pdfs/, or the pdfs folder).")
-    for path in (Path(data) / "pdfs" / name, Path(data) / name):
+    """``data`` is a FinanceBench checkout (with ``pdfs/``) or the folder of PDFs itself; None:
+    ``$MINIONS_DATA/financebench``."""
+    data = benchmark_data("financebench", data, expected="a FinanceBench checkout with pdfs/, or the pdfs folder")
+    for path in (data / "pdfs" / name, data / name):
         if path.is_file():
             return path
     raise ConfigError(f"{name} is not in {data} or {data}/pdfs: pass --data with the FinanceBench PDFs.")

@@ -8,6 +8,7 @@ slightly.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from minions.documents.load import load_document
-from minions.errors import DocumentNotFoundError
+from minions.errors import ConfigError, DocumentNotFoundError
+from minions.paths import benchmark_data
 
 __all__ = ["find_pdf", "pdf_bench"]
 
@@ -44,10 +46,12 @@ def pdf_bench(
 
 
 def find_pdf(name: str | os.PathLike[str], data: str | os.PathLike[str] | None) -> Path:
-    """``name`` as given if it exists, else ``data/name``, else ``data/pdfs/name``."""
+    """``name`` as given if it exists, else ``data/name``, else ``data/pdfs/name`` (``data`` None:
+    ``$MINIONS_DATA/financebench`` when that is set)."""
     candidates = [Path(name)]
-    if data is not None:
-        candidates += [Path(data) / name, Path(data) / "pdfs" / name]
+    with contextlib.suppress(ConfigError):  # no data folder: names are paths
+        folder = benchmark_data("financebench", data)
+        candidates += [folder / name, folder / "pdfs" / name]
     for path in candidates:
         if path.is_file():
             return path

@@ -15,7 +15,8 @@ from minions.cost import Price
 from minions.evals import Dataset, load_dataset
 from minions.types import Message, SamplingParams
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from ..conftest import BENCHMARK_DATA as DATA
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LONGHEALTH_MINI = FIXTURES / "longhealth_mini.json"
 

@@ -31,10 +31,10 @@ def test_lexical_curves_per_item_and_in_the_summary():
 
 @pytest.mark.slow
 @needs("financebench/data/financebench_open_source.jsonl", "financebench/pdfs/3M_2018_10K.pdf")
-def test_the_local_side_passes_on_what_it_read_with_its_pages():
+def test_the_local_side_passes_on_what_it_read_with_its_pages(benchmark_data):
+    # no --data: the command finds the checkout through $MINIONS_DATA, as a user's would
     out = subprocess.run(
-        [sys.executable, "-m", "minions.cli", "bench", "evidence", "--data", str(FB), "--id", CAPEX, "--items",
-         "--read-chunks", "3"],
+        [sys.executable, "-m", "minions.cli", "bench", "evidence", "--id", CAPEX, "--items", "--read-chunks", "3"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     item, summary = (json.loads(line) for line in out.stdout.splitlines())

@@ -8,7 +8,9 @@ from pathlib import Path
 import pypdf
 import pytest
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from ..conftest import BENCHMARK_DATA
+
+DATA = BENCHMARK_DATA
 
 
 def needs(path: Path) -> Path:

@@ -11,7 +11,8 @@ from minions.chunking import CHARS_PER_PAGE, Chunk, chunk_document, chunk_docume
 from minions.documents import Document, Page, load_document
 from minions.tokens import count_tokens
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from ..conftest import BENCHMARK_DATA as DATA
+
 SAMPLES = DATA / "minions_examples"
 SMALL_FILING = DATA / "financebench" / "pdfs" / "AMCOR_2022_8K_dated-2022-07-01.pdf"
 
