@@ -129,6 +129,7 @@ def _sha256(path: Path) -> str:
 
 def _translate(exc: Exception, repo: str, endpoint: str) -> Exception:
     """Our error for what ``huggingface_hub`` raised; it says what to do."""
+    import httpx2
     from huggingface_hub import errors
 
     if isinstance(exc, errors.GatedRepoError):
@@ -141,14 +142,18 @@ def _translate(exc: Exception, repo: str, endpoint: str) -> Exception:
         return ModelNotFoundError(
             f"{repo} has no such file at {endpoint}: pull the repository alone to list its files."
         )
-    if isinstance(exc, errors.LocalEntryNotFoundError):
-        return DownloadError(f"Cannot reach {endpoint} to pull {repo}: check the network, or set HF_ENDPOINT.")
+    if isinstance(exc, (errors.LocalEntryNotFoundError, httpx2.TransportError)):
+        return DownloadError(
+            f"Cannot reach {endpoint} to pull {repo} ({type(exc).__name__}: {exc}): check the network, or set "
+            "HF_ENDPOINT; a pull run again continues where this one stopped."
+        )
     return DownloadError(f"Pulling {repo} from {endpoint} failed ({type(exc).__name__}: {exc}): run the pull again.")
 
 
 def pull(spec: str, *, revision: str | None = None, progress: bool = True) -> PulledModel:
     """Download the GGUF file ``spec`` names (``owner/repo[/file.gguf]``), check its sha256, and record it.
     ``progress``: a progress bar on stderr."""
+    import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import HfHubHTTPError
 
@@ -171,7 +176,7 @@ def pull(spec: str, *, revision: str | None = None, progress: bool = True) -> Pu
         url = hf_hub_url(repo, file, revision=info.sha, endpoint=endpoint)
         location = get_hf_file_metadata(url, token=token, endpoint=endpoint).location
         _download(location, target, lfs.size, token, progress)
-    except (HfHubHTTPError, OSError, ValueError) as exc:
+    except (HfHubHTTPError, httpx2.HTTPError, OSError, ValueError) as exc:
         raise _translate(exc, repo, endpoint) from exc
     return _check_and_record(repo, file, info.sha or revision or "main", lfs.sha256, lfs.size, target)
 

@@ -206,6 +206,15 @@ def test_which_file_of_a_repository(hub: FakeHub) -> None:
         pull(f"{REPO}/missing-Q4_0.gguf", progress=False)
 
 
+def test_an_unreachable_hub_says_so(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)
+    with pytest.raises(DownloadError, match=rf"Cannot reach {dead} to pull {REPO}.*HF_ENDPOINT"):
+        pull(REPO, progress=False)
+
+
 def test_cli_pull_then_list(hub: FakeHub, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["models", "pull", f"{REPO}/{FILE}"]) == 0
     assert "llamacpp/Tiny-3B-Instruct-Q4_K_M" in capsys.readouterr().out
