@@ -201,3 +201,14 @@ def test_real_ollama_server() -> None:
     assert result.text.strip()
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
     assert result.timings.total_s > 0
+
+
+@pytest.mark.live
+def test_real_ollama_server_runs_a_batch_in_parallel() -> None:
+    """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m); OLLAMA_NUM_PARALLEL as
+    the server has it."""
+    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    jobs = [ChatRequest([Message("user", f"Say the number {i}.")], SamplingParams(max_tokens=8)) for i in range(6)]
+    results = backend.batch(jobs)
+    assert all(r.ok and r.text.strip() for r in results), [r.error for r in results]
+    assert backend.check_model() is None or backend.check_model() > 0  # the server described the model
