@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +23,7 @@ from minions.protocols import default_protocol
 
 from .config import AppConfig
 from .library import Library, UnsupportedUploadError, UploadTooLargeError
+from .reading import Reader
 from .runs import Runner, Settings
 from .store import Store
 
@@ -37,6 +38,8 @@ class AppState:
     store: Store
     library: Library
     runner: Runner
+    reader: Reader = field(default_factory=Reader)
+    """Documents read ahead of questions (``apps.reading``)."""
 
     def settings(self) -> Settings:
         """The saved settings over the defaults; a saved value that no longer validates is dropped, and a saved

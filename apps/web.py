@@ -19,6 +19,7 @@ failed model or a closed browser tab never loses either.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,7 +35,7 @@ from minions.backends.base import Backend
 from minions.documents import Document
 from minions.errors import DocumentError
 from minions.events import Event
-from minions.protocols import PROTOCOLS, InputError, default_protocol, missing_remote, needs_remote
+from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
 
 from . import openai_api
 from .config import AppConfig
@@ -42,7 +43,7 @@ from .library import ACCEPTED_SUFFIXES, Library, UploadTooLargeError
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard
 from .state import ApiError, AppState, install_error_handlers, sse, state_of, status_for
-from .store import MessageRecord, Store
+from .store import DocumentRecord, MessageRecord, Store
 
 __all__ = ["STATIC_DIR", "create_app"]
 
@@ -91,6 +92,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        state.reader.stop()
         store.close()
 
     app = FastAPI(title="minions", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -163,7 +165,21 @@ async def put_settings(body: Settings, request: Request) -> dict[str, Any]:
 # -- documents -----------------------------------------------------------------------------------------------
 @api.get("/documents")
 async def list_documents(request: Request) -> dict[str, Any]:
-    return {"documents": [d.to_dict() for d in state_of(request).store.documents()]}
+    state = state_of(request)
+    return {"documents": [_with_reading(state, d) for d in state.store.documents()]}
+
+
+def _with_reading(state: AppState, record: DocumentRecord) -> dict[str, Any]:
+    """A document as the browser sees it: with how far the local model read it ahead, where it does."""
+    status = state.reader.status(record.id)
+    return {**record.to_dict(), "reading": status.to_dict() if status is not None else None}
+
+
+def _read_ahead(state: AppState, records: list[DocumentRecord]) -> None:
+    """Start reading ``records`` ahead of questions on the settings' local model (``apps.reading``)."""
+    local = state.runner.models.get(state.settings().local)
+    for record in records:
+        state.reader.start(record.id, functools.partial(state.library.load, record), local, RunOptions())
 
 
 @api.post("/documents")
@@ -176,7 +192,7 @@ async def upload(request: Request, files: Annotated[list[UploadFile], File()]) -
         try:
             data = await _read_limited(f, state.config.max_upload_bytes, name)
             record = await asyncio.to_thread(state.library.add_upload, name, data)
-            added.append(record.to_dict())
+            added.append(record)
         except DocumentError as exc:
             rejected.append({"name": name, "error": str(exc)})
             first_error = first_error or exc
@@ -184,7 +200,8 @@ async def upload(request: Request, files: Annotated[list[UploadFile], File()]) -
             await f.close()
     if not added and first_error is not None:
         raise ApiError(status_for(first_error), "; ".join(r["error"] for r in rejected), code="rejected")
-    return {"added": added, "rejected": rejected}
+    _read_ahead(state, added)
+    return {"added": [_with_reading(state, r) for r in added], "rejected": rejected}
 
 
 async def _read_limited(f: UploadFile, limit: int, name: str) -> bytes:
@@ -201,18 +218,22 @@ async def _read_limited(f: UploadFile, limit: int, name: str) -> bytes:
 
 @api.post("/folders")
 async def add_folder(body: FolderBody, request: Request) -> dict[str, Any]:
-    report = await asyncio.to_thread(state_of(request).library.add_folder, body.path)
+    state = state_of(request)
+    report = await asyncio.to_thread(state.library.add_folder, body.path)
+    _read_ahead(state, report.added)
     return {
-        "added": [d.to_dict() for d in report.added],
+        "added": [_with_reading(state, d) for d in report.added],
         "rejected": [{"name": name, "error": why} for name, why in report.skipped],
     }
 
 
 @api.delete("/documents/{doc_id}")
 async def remove_document(doc_id: str, request: Request) -> dict[str, Any]:
-    record = state_of(request).library.remove(doc_id)
+    state = state_of(request)
+    record = state.library.remove(doc_id)
     if record is None:
         raise ApiError(404, f"No document {doc_id!r} in the library.", code="not_found")
+    state.reader.forget(doc_id)
     return {"removed": record.to_dict()}
 
 

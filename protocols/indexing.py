@@ -79,9 +79,11 @@ def index_documents(
     options: RunOptions | None = None,
     on_progress: Callable[[IndexProgress], None] | None = None,
     cancel: CancelToken | None = None,
+    step: int | None = None,
 ) -> list[IndexProgress]:
     """Compute and save every chunk prefix of ``documents`` that is not saved yet; one final ``IndexProgress``
-    per document."""
+    per document. ``step``: chunks per call to the backend (between calls, questions get the model: the app
+    indexes in steps of a few chunks); None: a document per call."""
     backend = resolve(local or default_local()) if not isinstance(local, Backend) else local
     if not isinstance(backend, PrefixSaver):
         raise ConfigError(
@@ -92,7 +94,7 @@ def index_documents(
     done = []
     for doc in documents:
         chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        done.append(_index_one(backend, doc, chunks, on_progress, cancel))
+        done.append(_index_one(backend, doc, chunks, on_progress, cancel, step or len(chunks) or 1))
     return done
 
 
@@ -102,23 +104,30 @@ def _index_one(
     chunks: Sequence[Chunk],
     on_progress: Callable[[IndexProgress], None] | None,
     cancel: CancelToken | None,
+    step: int,
 ) -> IndexProgress:
     pages_total = len(doc.pages)
     start = time.perf_counter()
     state = IndexProgress(doc.name, 0, pages_total, 0, len(chunks), 0, 0.0, None)
+    base_done = base_tokens = 0  # of the calls before this one
 
     def report(stats: Any) -> None:
         nonlocal state
-        n = int(stats.done)
+        n, tokens = base_done + int(stats.done), base_tokens + int(stats.computed_tokens)
         pages = max((max(c.pages, default=0) for c in chunks[:n]), default=0)
-        rate = float(stats.tokens_per_s)
         elapsed = time.perf_counter() - start
-        eta = elapsed / n * (len(chunks) - n) if n and stats.computed_tokens else None
-        state = IndexProgress(doc.name, pages, pages_total, n, len(chunks), int(stats.computed_tokens), rate, eta)
+        rate = tokens / elapsed if elapsed > 0 else 0.0
+        eta = elapsed / n * (len(chunks) - n) if n and tokens else None
+        state = IndexProgress(doc.name, pages, pages_total, n, len(chunks), tokens, rate, eta)
         if on_progress is not None:
             on_progress(state)
 
-    backend.save_prefixes(index_requests(chunks), on_progress=report, cancel=cancel)
+    for first in range(0, len(chunks), step):
+        if cancel is not None and cancel.cancelled:
+            return state
+        part = chunks[first : first + step]
+        stats = backend.save_prefixes(index_requests(part), on_progress=report, cancel=cancel)
+        base_done, base_tokens = base_done + len(part), base_tokens + int(stats.computed_tokens)
     final = IndexProgress(
         doc.name, pages_total, pages_total, len(chunks), len(chunks), state.tokens, state.tokens_per_s, 0.0, True
     )

@@ -59,6 +59,17 @@ function setExcluded(set) { localStorage.setItem(EXCLUDED_KEY, JSON.stringify([.
 async function loadDocs() {
   state.docs = (await api("GET", "/api/documents")).documents;
   renderDocs();
+  // while the local model reads documents ahead of questions, follow its progress
+  const reading = state.docs.some((d) => d.reading && ["queued", "reading"].includes(d.reading.state));
+  clearTimeout(state.readingTimer);
+  if (reading) state.readingTimer = setTimeout(() => loadDocs().catch(() => {}), 2000);
+}
+
+function readingText(r) {
+  if (!r) return "";
+  if (r.state === "ready") return "ready";
+  if (r.state === "failed") return "not read ahead (questions still work)";
+  return `reading\u2026 ${r.percent}%`;
 }
 
 function renderDocs() {
@@ -74,9 +85,12 @@ function renderDocs() {
     });
     const pages = d.pages ? `${d.pages} page${d.pages === 1 ? "" : "s"}` : `${fmtInt(d.chars)} characters`;
     const meta = `${pages} · ${size(d.bytes)}${d.source === "folder" ? " · from a folder" : ""}`;
+    const reading = readingText(d.reading);
     return el("li", { class: "doc", "data-id": d.id },
       box,
-      el("div", {}, el("span", { class: "doc-name", text: d.name }), el("span", { class: "doc-meta", text: meta })),
+      el("div", {}, el("span", { class: "doc-name", text: d.name }), el("span", { class: "doc-meta", text: meta }),
+         ...(reading ? [el("span", { class: "doc-meta doc-reading", text: reading,
+                                      title: "The local model reads each passage once, ahead of questions" })] : [])),
       el("button", { class: "doc-remove", type: "button", title: `Remove ${d.name} from the library`, text: "×",
                      onclick: () => removeDoc(d) }));
   }));
