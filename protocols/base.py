@@ -75,6 +75,7 @@ class BaseProtocol:
         except BackendError as exc:  # a model that fails or will not validate: keep what the run has
             ctx.error = str(exc)
             ctx.stop(f"{type(exc).__name__}: {exc}")
+        _report_failed_jobs(ctx)
         emit(ctx.events, FinalAnswer(ctx.best_answer, {"complete": ctx.complete, "protocol": self.name}))
         return ctx.result(estimate)
 
@@ -96,6 +97,22 @@ class BaseProtocol:
 
     def _run(self, ctx: RunContext) -> None:
         raise NotImplementedError
+
+
+def _report_failed_jobs(ctx: RunContext) -> None:
+    """Jobs the local backend failed (not ones whose reply was unusable) make the run incomplete, with a note that
+    says how many and why; when every job failed, the run failed (``error``: the CLI exits non-zero)."""
+    failed = [j for j in ctx.jobs if j.failed_in_backend]
+    if not failed:
+        return
+    n, total = len(failed), len(ctx.jobs)
+    rest = "; the answer rests on the others" if n < total else ": the local model answered none"
+    note = f"{n} of {total} local jobs failed in {ctx.local.name} ({failed[0].error}){rest}."
+    ctx.complete = False
+    ctx.notes.append(note)
+    ctx.notice(note)
+    if n == total and ctx.error is None:
+        ctx.error = note
 
 
 def _brief(value: Any) -> Any:

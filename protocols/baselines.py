@@ -128,7 +128,8 @@ class LocalOnly(BaseProtocol):
         by_job = {f.job_id: f for f in findings if f.citation is not None}
         quoted = best_quotes([by_job[j.job_id] for _, j in passed if j.job_id in by_job], ctx.task)
         ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
-        ctx.best_answer = local_answer(quoted, read=len(reading.jobs), chunks=len(chunks))
+        failed = sum(r.failed_in_backend for r in reading.records)
+        ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=len(chunks), failed=failed)
 
 
 def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
@@ -139,8 +140,15 @@ def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
     return [findings[i] for i, _ in word_order(texts, question)]
 
 
-def local_answer(findings: Sequence[Finding], *, read: int, chunks: int) -> str:
-    """The best-ranked finding as a sentence, then its quote and its place; or that nothing was found."""
+def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed: int = 0) -> str:
+    """The best-ranked finding as a sentence, then its quote and its place; or that nothing was found (in the
+    ``read`` passages the local model read; ``failed`` more it could not, which the run's notes explain)."""
+    if not findings and failed:
+        read_part = f"it read {read} of them and none says it" if read else "it read none of them"
+        return (
+            f"The local model failed on {failed} of the {read + failed} passages that match the question best "
+            f"(see the notes); {read_part}."
+        )
     if not findings:
         return (
             f"The documents do not seem to answer this: the local model read the {read} passages (of {chunks}) "
