@@ -294,7 +294,8 @@ class Engine:
             return load_or_measure_cost_table(self.model, n_threads=c.threads, max_seqs=c.max_seqs,
                                               flash_attn=c.flash_attn)  # fmt: skip
 
-        return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth)
+        recurrent = self.model.memory != "attention"
+        return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth, recurrent=recurrent)
 
     def _prefix_cache(self) -> PrefixCache:
         c = self.config

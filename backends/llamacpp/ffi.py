@@ -45,6 +45,8 @@ def import_llama_cpp() -> Any:
 
 log = logging.getLogger(__name__)
 
+# ``llama_state_seq_*_ext`` flag: the recurrent part of a sequence's memory only (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+_PARTIAL_ONLY = 1
 # A token's text is at most this many bytes in every vocabulary we know (the C API truncates beyond it).
 _PIECE_BUFFER = 64
 # The template SmolLM2, Qwen and many others use, for a GGUF file without ``tokenizer.chat_template``.
@@ -70,6 +72,13 @@ class LlamaModel:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train: int = lib.llama_model_n_ctx_train(self.model)
+        # Recurrent layers (Mamba, RWKV, LFM2's short convolutions) keep one state per sequence, at its last
+        # position only: such memory cannot drop the tail of a sequence (``backends.llamacpp.slots``)
+        self.memory: str = (
+            "hybrid" if lib.llama_model_is_hybrid(self.model)
+            else "recurrent" if lib.llama_model_is_recurrent(self.model)
+            else "attention"
+        )  # fmt: skip
         # bytes of keys and values per token, in f16: layers x (K and V) x kv heads x head size x 2
         head = lib.llama_model_n_embd(self.model) // lib.llama_model_n_head(self.model)
         self.kv_bytes_per_token: int = (
@@ -250,6 +259,22 @@ class LlamaContext:
         if not ptr:
             raise BackendError(f"llama.cpp has no logits for batch entry {i}.")
         return np.ctypeslib.as_array(ptr, shape=(self.model.n_vocab,))
+
+    def recurrent_state(self, seq: int) -> bytes:
+        """The recurrent part of ``seq``'s memory (its state at its last position; no attention cells), in
+        llama.cpp's per-sequence state format."""
+        lib = self.lib
+        size = lib.llama_state_seq_get_size_ext(self.ctx, seq, _PARTIAL_ONLY)
+        buf = (ctypes.c_uint8 * size)()
+        if lib.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, _PARTIAL_ONLY) != size:
+            raise BackendError(f"llama.cpp could not save the recurrent state of sequence {seq}.")
+        return bytes(buf)
+
+    def restore_recurrent_state(self, seq: int, state: bytes) -> None:
+        """Put back ``seq``'s recurrent state from ``recurrent_state`` (its attention cells stay as they are)."""
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if self.lib.llama_state_seq_set_data_ext(self.ctx, buf, len(state), seq, _PARTIAL_ONLY) != len(state):
+            raise BackendError(f"llama.cpp could not restore the recurrent state of sequence {seq}.")
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
         self.lib.llama_memory_seq_cp(self.mem, src, dst, p0, p1)

@@ -14,6 +14,12 @@ operations the engine needs, with what they cost:
   streams only; a few milliseconds for a 2048-cell stream of SmolLM2), then keep the prefix;
 - a finished job's slot keeps its prompt: the next job with the same prefix, in this call or a later one,
   starts from it (the prefix cache is the idle slots, least recently used reused first).
+
+Recurrent and hybrid models (Mamba-2, LFM2's short convolutions, beside attention layers) hold one state per
+sequence, at its last position; llama.cpp cannot drop the tail of such a sequence (a partial ``seq_rm`` fails,
+and leaves the memory as it was). On them (``SlotTable.recurrent``) a slot offers only all it holds: a prefix is
+shared by copying a sequence whose state is exactly at the prefix's end, ``keep`` of a part empties the slot, and
+speculation rolls back by restoring a checkpoint of the recurrent state (``backends.llamacpp.scheduler``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ class SlotTable:
         self.capacity = capacity
         self.slots = [Slot(i) for i in range(n)]
         self._tick = 0
+        self.recurrent = ctx.model.memory != "attention"
+        """The memory cannot drop a sequence's tail: ``keep`` of a part empties the slot."""
         self.pending: set[int] = set()
         """Sequences in stream copies that run at the next decode call (the scheduler clears it after one)."""
 
@@ -58,10 +66,18 @@ class SlotTable:
         return sum(len(s.tokens) for s in self.slots)
 
     def keep(self, slot: Slot, n: int) -> None:
-        """Keep the first ``n`` positions of ``slot``, drop the rest."""
+        """Keep the first ``n`` positions of ``slot``, drop the rest (on recurrent memory: all of them, unless
+        ``n`` is all it holds)."""
         if n < len(slot.tokens):
+            if self.recurrent:
+                n = 0
             self.ctx.seq_rm(slot.seq, n, -1)
             del slot.tokens[n:]
+
+    def offers(self, slot: Slot, shared: int) -> int:
+        """How much of a prompt that shares ``shared`` tokens with ``slot`` the slot can give: on recurrent memory
+        all it holds or nothing (its state is at its last position only)."""
+        return 0 if self.recurrent and shared < len(slot.tokens) else shared
 
     def copy(self, src: Slot, dst: Slot, n: int) -> None:
         """``dst`` holds ``src``'s first ``n`` positions (the stream is copied at the next decode call)."""

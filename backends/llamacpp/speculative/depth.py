@@ -13,6 +13,13 @@ makes a step slower.
 stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
 512-token contexts, ``measure_cost_table``) one sequence with 9 tokens takes 47 ms, 8 sequences with 1 token
 each 51 ms, and 8 with 2 each 84 ms. So ``CostTable`` measures a curve per number of sequences.
+
+On recurrent and hybrid models a rejected draft costs more than its verify tokens: the recurrent state cannot drop
+the rejected tokens, so the sequence goes back to a checkpoint taken before the call (``T_r`` seconds to save and
+restore, ``CostTable.rollback_s``) and computes its accepted tokens again in its next call. With ``m`` of ``k``
+accepted (``m < k``, probability ``a^m (1 - a)``) that is ``1 + m`` more tokens, so a draft of ``k`` adds
+``R(a, k) = sum_{m<k} a^m (1 - a) (1 + m)`` tokens on average and ``T_r`` with probability ``1 - a^k``;
+``choose_depths`` charges both, so there too a draft is chosen only where it is expected to pay.
 """
 
 from __future__ import annotations
@@ -61,8 +68,10 @@ class CostCurve:
 
     points: tuple[int, ...]
     seconds: tuple[float, ...]
+    rollback_s: float = 0.0
+    """Recurrent memory: seconds to save a sequence's recurrent state before a call and restore it after."""
 
-    def __call__(self, n: int) -> float:
+    def __call__(self, n: float) -> float:
         i = bisect.bisect_left(self.points, n)
         if i < len(self.points) and self.points[i] == n:
             return self.seconds[i]
@@ -94,9 +103,23 @@ class CostCurve:
         return cls(MEASURE_POINTS, tuple(base + per_token * (n - 1) for n in MEASURE_POINTS))
 
 
-def choose_depths(acceptance: Sequence[float], caps: Sequence[int], cost: Callable[[int], float]) -> list[int]:
+def rollback_tokens(a: float, k: int) -> float:
+    """Recurrent memory: tokens a draft of ``k`` makes the next call compute again, on average: ``1 + m`` when
+    ``m < k`` are accepted (the pending token and the accepted ones), which happens with probability
+    ``a^m (1 - a)``."""
+    return sum(a**m * (1.0 - a) * (1 + m) for m in range(k))
+
+
+def choose_depths(
+    acceptance: Sequence[float],
+    caps: Sequence[int],
+    cost: Callable[[float], float],
+    *,
+    rollback_s: float | None = None,
+) -> list[int]:
     """Draft lengths ``k_i`` (0 included, at most ``caps[i]``, the length of the draft on offer) that maximise
-    ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``.
+    ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``; on recurrent memory (``rollback_s``: the seconds of one
+    rollback) ``sum_i E(a_i, k_i) / (T(sum_i (1 + k_i + R(a_i, k_i))) + rollback_s sum_i (1 - a_i^k_i))``.
 
     Coordinate ascent from plain decoding (all 0): each round sets the one sequence's length whose change raises
     the ratio most (any length, not just one more token: the measured curve has steps, where one more token
@@ -104,21 +127,32 @@ def choose_depths(acceptance: Sequence[float], caps: Sequence[int], cost: Callab
     is never worse than plain decoding under the model."""
     k = [0] * len(acceptance)
     tokens = float(len(acceptance))  # sum E(a_i, 0): one token per sequence
-    n = len(acceptance)  # tokens in the call
+    n = float(len(acceptance))  # tokens in the call (and, on recurrent memory, the expected ones redone)
+    extra = 0.0  # seconds of expected rollbacks
+
+    def added(a: float, kk: int) -> tuple[float, float]:  # a draft of kk: (tokens redone, seconds of rollback)
+        if rollback_s is None or kk == 0:
+            return 0.0, 0.0
+        return rollback_tokens(a, kk), rollback_s * (1.0 - a**kk)
+
     best = tokens / cost(n) if n else 0.0
     while True:
         pick, pick_k, pick_rate = -1, 0, best * (1 + 1e-9)
         for i, a in enumerate(acceptance):
-            base_tokens, base_n = tokens - expected_tokens(a, k[i]), n - k[i]
+            redo, secs = added(a, k[i])
+            base_tokens, base_n, base_extra = tokens - expected_tokens(a, k[i]), n - k[i] - redo, extra - secs
             for kk in range(caps[i] + 1):
-                rate = (base_tokens + expected_tokens(a, kk)) / cost(base_n + kk)
+                redo, secs = added(a, kk)
+                rate = (base_tokens + expected_tokens(a, kk)) / (cost(base_n + kk + redo) + base_extra + secs)
                 if rate > pick_rate:
                     pick, pick_k, pick_rate = i, kk, rate
         if pick < 0:
             return k
         a = acceptance[pick]
+        (old_redo, old_secs), (new_redo, new_secs) = added(a, k[pick]), added(a, pick_k)
         tokens += expected_tokens(a, pick_k) - expected_tokens(a, k[pick])
-        n += pick_k - k[pick]
+        n += pick_k - k[pick] + new_redo - old_redo
+        extra += new_secs - old_secs
         k[pick], best = pick_k, pick_rate
 
 
@@ -172,6 +206,8 @@ class CostTable:
 
     seqs: tuple[int, ...]
     curves: tuple[CostCurve, ...]
+    rollback_s: float = 0.0
+    """Recurrent memory: seconds to save a sequence's recurrent state before a call and restore it after."""
 
     def at(self, seqs: int) -> CostCurve:
         """The curve for a call shared by ``seqs`` sequences (over the points of the nearest measured ones)."""
@@ -190,11 +226,12 @@ class CostTable:
         return {f"seqs={s}": c.ratios() for s, c in zip(self.seqs, self.curves, strict=True)}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seqs": list(self.seqs), "curves": [c.to_dict() for c in self.curves]}
+        return {"seqs": list(self.seqs), "curves": [c.to_dict() for c in self.curves], "rollback_s": self.rollback_s}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CostTable:
-        return cls(tuple(int(s) for s in d["seqs"]), tuple(CostCurve.from_dict(c) for c in d["curves"]))
+        curves = tuple(CostCurve.from_dict(c) for c in d["curves"])
+        return cls(tuple(int(s) for s in d["seqs"]), curves, float(d.get("rollback_s", 0.0)))
 
 
 # -- measuring T(seqs, n) ------------------------------------------------------------------------------------
@@ -213,7 +250,8 @@ def measure_cost_table(
 ) -> CostTable:
     """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
     ``PER_SEQ`` tokens each and logits for every token (as a verify call reads them), in a context made as the
-    engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores."""
+    engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores. On
+    recurrent memory, also the median seconds of one sequence's rollback (``CostTable.rollback_s``)."""
     from ..ffi import LlamaContext, TokenBatch
 
     counts = sorted({1, *(2**i for i in range(1, 8) if 2**i < max_seqs), max_seqs})
@@ -222,6 +260,7 @@ def measure_cost_table(
     ctx = LlamaContext(model, seq_ctx=context + 256, n_seq_max=max_seqs, n_batch=n_batch,
                        n_threads=n_threads, flash_attn=flash_attn, n_outputs=n_max)  # fmt: skip
     batch = TokenBatch(model.lib, n_batch)
+    rollbacks: list[float] | None = [] if model.memory != "attention" else None
     try:
         batch.clear()
         batch.add([(17 * i + 11) % model.n_vocab for i in range(context)], 0, 0, logits_last=True)
@@ -230,13 +269,13 @@ def measure_cost_table(
             ctx.seq_cp(0, seq, -1, -1)
         sizes = [(s, m) for s in counts for m in PER_SEQ if s * m <= n_batch]
         for s, m in (sizes[0], sizes[-1]) * 3:  # the first calls build and repack; they take seconds
-            _time_call(ctx, batch, s, m, context)
+            _time_call(ctx, batch, s, m, context, rollbacks)
         # rounds over all sizes, not all repeats of one size in a row: a burst of load from another process then
         # spreads over every size instead of inflating one; the median of each size's calls is kept
         times: dict[tuple[int, int], list[float]] = {size: [] for size in sizes}
         for _ in range(repeats):
             for size in sizes:
-                times[size].append(_time_call(ctx, batch, *size, context))
+                times[size].append(_time_call(ctx, batch, *size, context, rollbacks))
     finally:
         ctx.close()
     curves = []
@@ -245,12 +284,19 @@ def measure_cost_table(
         seconds = [sorted(times[(s, m)])[repeats // 2] for m in PER_SEQ if (s, m) in times]
         # a noisy machine can make T dip with n; the cost of more tokens is never less
         curves.append(CostCurve(tuple(points), tuple(max(seconds[: i + 1]) for i in range(len(seconds)))))
-    return CostTable(tuple(counts), tuple(curves))
+    rollback_s = sorted(rollbacks)[len(rollbacks) // 2] if rollbacks else 0.0
+    return CostTable(tuple(counts), tuple(curves), rollback_s)
 
 
-def _time_call(ctx: LlamaContext, batch: TokenBatch, seqs: int, per_seq: int, at: int) -> float:
+def _time_call(
+    ctx: LlamaContext, batch: TokenBatch, seqs: int, per_seq: int, at: int, rollbacks: list[float] | None = None
+) -> float:
     """Seconds of one decode of ``per_seq`` tokens in each of sequences ``0..seqs-1`` at positions ``at...``,
-    logits for all; then undone."""
+    logits for all; then undone. On recurrent memory (``rollbacks`` given) as a rejected draft is undone: each
+    sequence's state saved before the call and restored after, the seconds per sequence appended to ``rollbacks``."""
+    saving = time.perf_counter()
+    states = [ctx.recurrent_state(seq) for seq in range(seqs)] if rollbacks is not None else []
+    saved = time.perf_counter() - saving
     batch.clear()
     for seq in range(seqs):
         batch.add([(31 * j + 7 + seq) % 1000 for j in range(per_seq)], at, seq, logits_last=False)
@@ -258,8 +304,12 @@ def _time_call(ctx: LlamaContext, batch: TokenBatch, seqs: int, per_seq: int, at
     start = time.perf_counter()
     ctx.decode(batch)
     seconds = time.perf_counter() - start
+    for seq, state in enumerate(states):
+        ctx.restore_recurrent_state(seq, state)
+    if rollbacks is not None:
+        rollbacks.append((saved + time.perf_counter() - start - seconds) / seqs)
     for seq in range(seqs):
-        ctx.seq_rm(seq, at, -1)
+        ctx.seq_rm(seq, at, -1)  # on recurrent memory the state is at ``at - 1`` again: attention cells only
     return seconds
 
 

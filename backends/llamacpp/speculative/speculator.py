@@ -82,7 +82,8 @@ class Speculator:
     """Drafters, their live acceptance, and the machine's cost table (measured on first use, then cached).
 
     ``depth``: a fixed draft length (tests), else adaptive. ``cost``: a function that measures or loads
-    ``T``, called the first time a draft is on offer."""
+    ``T``, called the first time a draft is on offer. ``recurrent``: the target's memory rolls back by restoring a
+    checkpoint and computing the accepted tokens again, which the choice of depths charges (``depth``)."""
 
     def __init__(
         self,
@@ -91,8 +92,10 @@ class Speculator:
         *,
         k_max: int = 8,
         depth: int | None = None,
+        recurrent: bool = False,
     ) -> None:
         self.drafters = list(drafters)
+        self.recurrent = recurrent
         self.k_max = k_max
         self.depth = depth
         self.tracker = AcceptanceTracker()
@@ -137,18 +140,20 @@ class Speculator:
         if self.depth is not None:
             depths = [min(self.depth, len(p[1])) for p in picks]
         else:
-            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)))
+            rollback_s = self.cost.rollback_s if self.recurrent else None
+            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)),
+                                   rollback_s=rollback_s)  # fmt: skip
         return [Draft(name, tuple(tokens[:k]), offers) if k else Draft(offers=offers)
                 for (name, tokens, _, offers), k in zip(picks, depths, strict=True)]  # fmt: skip
 
-    def _step_cost(self, seqs: int) -> Callable[[int], float]:
+    def _step_cost(self, seqs: int) -> Callable[[float], float]:
         """``T`` over the call's tokens when ``seqs`` sequences share it, its draft part scaled by how much more
         (or less) than measured the drafted calls of this engine have cost, relative to its plain calls."""
         curve = self.cost.at(seqs)
         base = curve(seqs)
         scale = self.draft_cost_scale
 
-        def cost(n: int) -> float:
+        def cost(n: float) -> float:
             return base + scale * (curve(n) - base)  # T(seqs) + f (T(n) - T(seqs))
 
         return cost
