@@ -8,7 +8,7 @@ QUESTION ?= What was Northwind's total revenue in 2025, and how did it change fr
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml scripts/install-llama-cpp
+$(VENV)/.installed: pyproject.toml scripts/install-llama-cpp scripts/llama-cpp-lean.cmake
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	scripts/install-llama-cpp $(BIN)/python
