@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         RunResult,
         get_protocol,
     )
+    from minions.protocols.indexing import Library
 
 __version__ = "0.1.0"
 
@@ -69,6 +70,7 @@ _LAZY = {
     "load_document": "minions.documents",
     "load_documents": "minions.documents",
     "Budget": "minions.protocols",
+    "Library": "minions.protocols.indexing",
     "LocalOnly": "minions.protocols",
     "Minion": "minions.protocols",
     "Minions": "minions.protocols",
@@ -106,6 +108,7 @@ __all__ = [
     "DocumentError",
     "DocumentNotFoundError",
     "EmptyDocumentError",
+    "Library",
     "LlamaCppBackend",
     "LocalOnly",
     "Message",

@@ -59,7 +59,7 @@ def _run(config: CacheBenchConfig, kv_dir: Path, phase: str) -> tuple[dict[str, 
     try:
         for question in config.questions:
             result = protocol.run(question, [doc])
-            local_s += float(result.timings.get("local", 0.0))
+            local_s += float(result.timings.get("local_s", 0.0))
             replies.append((result.answer, [(j.chunk, j.raw, j.score) for j in result.jobs]))
         stats = engine.stats
     finally:
