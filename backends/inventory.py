@@ -11,6 +11,7 @@ import httpx
 
 from minions.errors import MinionsError
 
+from .ollama import ollama_host
 from .registry import DEFAULT_LOCAL, default_local, default_remote
 
 __all__ = ["ModelInfo", "model_inventory"]
@@ -105,7 +106,7 @@ def model_inventory() -> list[ModelInfo]:
                 f"{provider.key_env} is set" if has_key else f"set {provider.key_env} to use",
             )
         )
-    host = os.environ.get("OLLAMA_HOST", "http://127.0.0.1:11434")
+    host = ollama_host()
     if not host.startswith("http"):
         host = f"http://{host}"
     for model in _ollama_models(host):

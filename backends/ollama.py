@@ -51,7 +51,7 @@ from .base import BaseBackend, Capabilities, MessagesLike, OnResult
 from .settings import count_from_env
 from .wire import first_error, glimpse
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel", "ollama_host"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,11 @@ TOKEN_MARGIN = 1.3
 count up to about a quarter more on English and figures), so the count is raised by this factor."""
 MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds per message (role markers)."""
+
+
+def ollama_host() -> str:
+    """``OLLAMA_HOST``, else ``DEFAULT_HOST`` (this machine)."""
+    return os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
 
 
 def num_parallel() -> int:
@@ -98,7 +103,7 @@ class OllamaBackend(BaseBackend):
     ) -> None:
         self.model = model
         self.name = f"ollama/{model}"
-        self.host = host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+        self.host = host or ollama_host()
         self.address = self.host
         self.timeout = timeout
         self.max_concurrency = parallel if parallel is not None else num_parallel()

@@ -6,7 +6,12 @@ import os
 
 from minions.errors import ConfigError
 
-__all__ = ["count_from_env"]
+__all__ = ["count_from_env", "cpu_threads"]
+
+
+def cpu_threads(n_threads: int | None = None) -> int:
+    """``n_threads``, else every core of this machine: the one default for the CPU threads a model runs on."""
+    return n_threads or os.cpu_count() or 1
 
 
 def count_from_env(name: str, default: int, what: str) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from minions.backends.fleet import FleetBackend
 from minions.backends.registry import resolve
-from minions.chunking import chunk_document
+from minions.chunking import DEFAULT_CHUNK_SIZE, chunk_document
 from minions.documents import load_document
 from minions.errors import ConfigError
 from minions.types import ChatRequest, SamplingParams
@@ -37,7 +37,7 @@ class FleetBenchConfig:
     """``openai-compatible/<model>@<url>,<url>,...``"""
     document: str = "examples/northwind-annual-report-2025.md"
     jobs: int = 16
-    chunk_chars: int = 1200
+    chunk_chars: int = DEFAULT_CHUNK_SIZE
     max_tokens: int = 32
     pairs: int = 3
     per_server: int = 2

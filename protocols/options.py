@@ -5,15 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, get_args
 
-from minions.chunking import ChunkBy
+from minions.chunking import DEFAULT_CHUNK_SIZE, ChunkBy
 from minions.cost import PriceTable, default_price_table
 from minions.errors import ConfigError
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "Budget", "InputError", "RunOptions"]
-
-DEFAULT_CHUNK_SIZE = 1200
-"""Characters per chunk: small enough for a small model to read in one go and to rank well (FinanceBench page
-recall by BM25 was best at 1200 of 800, 1200 and 1500)."""
 
 
 class InputError(ConfigError, ValueError):

@@ -24,6 +24,8 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 from ..base import BaseBackend, Capabilities, OnResult
 from ..models import resolve_model_path
+from ..settings import cpu_threads
+from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
 
 if TYPE_CHECKING:
     from .engine import Engine, EngineConfig, PrefixStats
@@ -31,8 +33,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend"]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_CONTEXT = 8192
 
 
 class LlamaCppBackend(BaseBackend):
@@ -46,7 +46,7 @@ class LlamaCppBackend(BaseBackend):
         n_threads: int | None = None,
         quantization: str | None = "auto",
         seed: int = 0,
-        max_seqs: int = 8,
+        max_seqs: int = DEFAULT_MAX_SEQS,
         engine_config: EngineConfig | None = None,
     ) -> None:
         if model is None:
@@ -59,7 +59,7 @@ class LlamaCppBackend(BaseBackend):
             label = str(model)
         self.name = f"llamacpp/{label}"
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or os.cpu_count() or 1
+        self.n_threads = cpu_threads(n_threads)
         self.seed = seed
         self.capabilities = Capabilities(
             json_schema=True, logprobs=True, batching=True, streaming=True, local=True, context_window=n_ctx

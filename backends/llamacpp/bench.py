@@ -36,6 +36,9 @@ from minions.errors import ConfigError
 from minions.paths import benchmark_data
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
+from ..settings import cpu_threads
+from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
     from .engine import Engine
     from .ffi import LlamaModel
@@ -86,8 +89,8 @@ class BenchConfig:
     max_tokens: int = 128
     order: Literal["chunk-first", "instruction-first"] = "chunk-first"
     baseline: Literal["highlevel", "engine"] = "highlevel"
-    max_seqs: int = 8
-    n_ctx: int = 8192
+    max_seqs: int = DEFAULT_MAX_SEQS
+    n_ctx: int = DEFAULT_CONTEXT
     repeats: int = 2
     """Batched runs (the first is timed; all report memory, to show it does not grow)."""
     speculate: bool = False
@@ -154,7 +157,7 @@ def one_at_a_time(model_path: str | os.PathLike[str], requests: Sequence[ChatReq
     from .ffi import import_llama_cpp
 
     llm = import_llama_cpp().Llama(
-        model_path=str(model_path), n_ctx=n_ctx, n_threads=os.cpu_count() or 1, n_batch=512, verbose=False
+        model_path=str(model_path), n_ctx=n_ctx, n_threads=cpu_threads(), n_batch=512, verbose=False
     )
     sampled: list[tuple[float, int]] = []
     sample = llm.sample

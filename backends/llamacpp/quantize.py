@@ -16,6 +16,7 @@ from minions.errors import ConfigError
 from minions.paths import cache_dir
 
 from ..models import smollm2_path
+from ..settings import cpu_threads
 
 __all__ = ["DEFAULT_QUANTIZATION", "QUANT_TYPES", "default_local_model", "quantize"]
 
@@ -41,7 +42,7 @@ def quantize(source: Path, target: Path, qtype: str) -> Path:
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = QUANT_TYPES[key]
     params.allow_requantize = True
-    params.nthread = os.cpu_count() or 1
+    params.nthread = cpu_threads()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
@@ -76,7 +77,7 @@ def measure_speed(
         model_path=str(path),
         n_ctx=prompt_tokens + decode_tokens + 16,
         n_batch=512,
-        n_threads=n_threads or os.cpu_count() or 1,
+        n_threads=cpu_threads(n_threads),
         verbose=False,
     )
     text = "The cooperative reported revenue, expenses and production for each of its solar arrays. " * 64
