@@ -128,6 +128,10 @@ class BatchStats:
     """Tokens in those calls: one per job and step, plus the drafts."""
     drafted: int = 0
     accepted: int = 0
+    rollbacks: int = 0
+    """Recurrent memory: verify steps whose rejected drafts made the sequence go back to its checkpoint."""
+    redo_tokens: int = 0
+    """Recurrent memory: confirmed tokens computed again after a rollback (in the next call)."""
     depths: dict[int, int] = field(default_factory=dict)
     """How often each draft length was chosen."""
     seconds: float = 0.0
@@ -164,6 +168,10 @@ class Job:
     looping: int = 0
     """The period of the loop the reply was cut in (``sampling.repeating``); 0 when it was not."""
     pending: int | None = None
+    redo: list[int] = field(default_factory=list)
+    """Recurrent memory: confirmed tokens to compute again (before the pending one) after a rollback."""
+    checkpoint: tuple[int, bytes] | None = None
+    """Recurrent memory: the position and the recurrent state of the sequence before its verify call."""
     sampler: SequenceSampler | None = None
     text: TextStream = field(default_factory=lambda: TextStream(()))
     drafts: DraftStats = field(default_factory=DraftStats)
@@ -277,7 +285,11 @@ class Scheduler:
     def _choose_slot(self, job: Job, free: list[Slot]) -> Slot:
         # the free sequence that already holds the most of this prompt; else the least recently used one, so
         # that fresher cached prompts stay
-        return max(free, key=lambda s: (self._reusable(s.tokens, job), -s.last_used))
+        return max(free, key=lambda s: (self._offered(s, job), -s.last_used))
+
+    def _offered(self, slot: Slot, job: Job) -> int:
+        """How much of ``job``'s prompt ``slot`` can give it (on recurrent memory, all it holds or nothing)."""
+        return self.lane.slots.offers(slot, self._reusable(slot.tokens, job))
 
     def _reusable(self, tokens: Sequence[int], job: Job) -> int:
         """How much of ``job``'s prompt it can take from ``tokens`` (a sequence's content, or another prompt)."""
@@ -289,15 +301,24 @@ class Scheduler:
         """A job still prefilling a prompt that shares much more with ``job`` than any sequence holds now."""
         if not self.config.share_prefixes:
             return None, 0
-        have = max(self._reusable(s.tokens, job) for s in self.lane.slots.slots)
+        have = max(self._offered(s, job) for s in self.lane.slots.slots)
         best, best_n = None, have + self.config.min_wait_gain
         for other in self.active:
             if other is job or other.state not in ("prefill", "waiting"):
                 continue
             n = self._reusable(other.prompt, job)
-            if n >= best_n and other.n_past < n:
+            if n >= best_n and other.n_past < n and self._will_hold(other, n):
                 best, best_n = other, n
         return best, best_n if best is not None else 0
+
+    def _will_hold(self, other: Job, n: int) -> bool:
+        """Whether ``other``'s sequence will hold just its first ``n`` prompt tokens at some step: on attention
+        memory always (a copy keeps any prefix); on recurrent memory when its prefill has yet to reach ``n`` by two
+        tokens or more and goes two beyond (``_stop_at_shares`` ends a chunk there)."""
+        if not self.lane.slots.recurrent:
+            return True
+        start = other.share_len if other.state == "waiting" else other.n_past
+        return start + 2 <= n and len(other.prompt) - n >= 2
 
     def _place(self, job: Job) -> None:
         """Start ``job`` from the longest prefix any sequence holds (its own, free, or a copy of another's), or
@@ -307,10 +328,10 @@ class Scheduler:
         if self._restore(job, max(self._reusable(s.tokens, job) for s in slots.slots)):
             n = job.restored
         else:
-            own = self._reusable(dst.tokens, job)
+            own = self._offered(dst, job)
             src, n = dst, own
             for s in slots.slots:
-                m = self._reusable(s.tokens, job) if s is not dst else 0
+                m = self._offered(s, job) if s is not dst else 0
                 if m > n:
                     src, n = s, m
             if src is not dst and n - own >= self.config.min_copy_gain:
@@ -371,7 +392,7 @@ class Scheduler:
     def _prefill(self, job: Job) -> None:
         assert job.slot is not None
         batch, start = self.lane.batch, time.perf_counter()
-        k = chunk_size(len(job.prompt), job.n_past, batch.capacity, self.config.n_batch)
+        k = self._stop_at_shares(job, chunk_size(len(job.prompt), job.n_past, batch.capacity, self.config.n_batch))
         if job.save and job.n_past < job.prefix < job.n_past + k:
             # end the chunk at the prefix, to save its state alone (a chunk of one token would compute it
             # otherwise than the whole prompt does: then it is not saved)
@@ -392,6 +413,16 @@ class Scheduler:
                 self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
         self.times["prefill_s"] += time.perf_counter() - start
 
+    def _stop_at_shares(self, job: Job, k: int) -> int:
+        """On recurrent memory, end ``job``'s next prompt chunk of ``k`` tokens where a job waiting for it shares
+        its prompt up to, so that its state can be copied there (it exists at the last position only)."""
+        if not self.lane.slots.recurrent:
+            return k
+        ends = sorted(w.share_len for w in self.active if w.state == "waiting" and w.source is job)
+        # chunks of one token would compute those tokens otherwise than the whole prompt does (``reuse_cap``)
+        end = next((e for e in ends if job.n_past + 2 <= e < job.n_past + k and len(job.prompt) - e >= 2), 0)
+        return end - job.n_past if end else k
+
     def _decode(self, jobs: list[Job]) -> None:
         """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
         logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
@@ -403,7 +434,10 @@ class Scheduler:
         plan, rows = [], []
         for job, draft in zip(jobs, drafts, strict=True):
             assert job.pending is not None
-            tokens = [job.pending, *draft.tokens]
+            if draft.tokens and self.lane.slots.recurrent:  # the state to go back to if a draft token is wrong
+                job.checkpoint = (job.n_past, self.lane.ctx.recurrent_state(_seq_of(job)))
+            tokens = [*job.redo, job.pending, *draft.tokens]
+            job.redo = []
             last = batch.add(tokens, job.n_past, _seq_of(job), logits_last=True)
             batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
             plan.append((job, tokens))
@@ -428,7 +462,8 @@ class Scheduler:
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
         return self.spec.propose([
             (_seq_of(j), [*j.prompt, *j.generated],
-             min(share, self.lane.slots.capacity - j.n_past - 1, j.max_new - len(j.generated)))
+             min(share - len(j.redo), self.lane.slots.capacity - j.n_past - len(j.redo) - 1,
+                 j.max_new - len(j.generated)))
             for j in jobs
         ])  # fmt: skip
 
@@ -444,8 +479,27 @@ class Scheduler:
             self.spec.learn(seq, draft, emitted, ended=job.state != "decode")
         if job.state == "decode" and accepted < len(draft.tokens):
             assert job.slot is not None
-            job.n_past = n_held + accepted
-            self.lane.slots.keep(job.slot, job.n_past)  # rollback: the rejected drafts' cells go
+            self._rollback(job, n_held + accepted)
+        job.checkpoint = None
+
+    def _rollback(self, job: Job, n: int) -> None:
+        """Keep the first ``n`` positions of the job's sequence. Attention cells just go. Recurrent memory goes back
+        to its checkpoint from before the verify call, and the confirmed tokens of that call are computed again at
+        the start of the job's next one (one call, not two: they only add tokens to a call that happens anyway)."""
+        slot, checkpoint = job.slot, job.checkpoint
+        assert slot is not None
+        if checkpoint is None:
+            job.n_past = n
+            self.lane.slots.keep(slot, n)  # the rejected drafts' cells go
+            return
+        start, state = checkpoint
+        self.lane.ctx.restore_recurrent_state(slot.seq, state)
+        self.lane.ctx.seq_rm(slot.seq, start, -1)  # the state is at start - 1 again: only attention cells go
+        job.redo = slot.tokens[start:n]
+        del slot.tokens[start:]
+        job.n_past = start
+        self.counts["rollbacks"] += 1
+        self.counts["redo_tokens"] += len(job.redo)
 
     def _call(self, plan: list[tuple[Job, list[int]]]) -> bool:
         """One ``llama_decode`` of the batch (``plan``: each job and its tokens in it); the sequences' records
