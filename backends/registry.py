@@ -33,6 +33,7 @@ __all__ = [
     "providers",
     "register_provider",
     "resolve",
+    "unregister_provider",
 ]
 
 DEFAULT_LOCAL = "llamacpp/default"
@@ -44,6 +45,12 @@ _FACTORIES: dict[str, Factory] = {}
 def register_provider(name: str, factory: Factory) -> None:
     """Make ``name/<model>`` resolve through ``factory(model)``. Tests register scripted backends this way."""
     _FACTORIES[name] = factory
+
+
+def unregister_provider(name: str) -> None:
+    """Undo ``register_provider(name, ...)``: ``name/<model>`` no longer resolves (a name not registered is left
+    alone; the built-in providers cannot be removed)."""
+    _FACTORIES.pop(name, None)
 
 
 def _llamacpp(model: str) -> Backend:

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from minions.backends import registry
 from minions.backends.models import smollm2_path
 from minions.paths import DATA_ENV
 
@@ -52,6 +53,21 @@ def kv_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MINIONS_KV_CACHE_DIR", str(folder))
         yield folder
+
+
+@pytest.fixture
+def register_provider() -> Iterator[Callable[[str, registry.Factory], None]]:
+    """``register_provider`` for one test: the providers it registers are unregistered when it ends, so no test
+    sees another's."""
+    names: list[str] = []
+
+    def register(name: str, factory: registry.Factory) -> None:
+        registry.register_provider(name, factory)
+        names.append(name)
+
+    yield register
+    for name in names:
+        registry.unregister_provider(name)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from minions.backends.registry import default_local, default_remote, providers, register_provider, resolve
+from minions.backends import registry
+from minions.backends.registry import default_local, default_remote, providers, resolve
 from minions.backends.scripted import ScriptedBackend
 from minions.errors import ModelNotFoundError, UnknownProviderError
 
@@ -46,12 +47,21 @@ def test_a_missing_gguf_path_says_so(tmp_path) -> None:
         resolve(f"llamacpp/{not_gguf}")
 
 
-def test_registered_providers_resolve_and_backends_pass_through(monkeypatch) -> None:
+def test_registered_providers_resolve_and_backends_pass_through(register_provider) -> None:
     fake = ScriptedBackend("scripted/x")
     register_provider("scripted", lambda model: fake)
     assert "scripted" in providers()
     assert resolve("scripted/anything") is fake
     assert resolve(fake) is fake
+
+
+def test_an_unregistered_provider_no_longer_resolves() -> None:
+    registry.register_provider("gone", lambda model: ScriptedBackend(f"gone/{model}"))
+    assert resolve("gone/m").name == "gone/m"
+    registry.unregister_provider("gone")
+    assert "gone" not in providers()
+    with pytest.raises(UnknownProviderError, match="Unknown provider 'gone'"):
+        resolve("gone/m")
 
 
 def test_environment_sets_the_defaults(monkeypatch) -> None:

@@ -131,9 +131,7 @@ def test_only_local_runs_without_a_remote_model_and_is_then_the_default():
     assert default_protocol(has_remote=False) == "local" and default_protocol(has_remote=True) == "minions"
 
 
-def test_backends_resolve_from_strings():
-    from minions.backends.registry import register_provider
-
+def test_backends_resolve_from_strings(register_provider):
     register_provider("scriptedtest", lambda model: ScriptedBackend(f"scriptedtest/{model}"))
     p = get_protocol("minions", "scriptedtest/small", "scriptedtest/big")
     assert p.local.name == "scriptedtest/small" and p.remote.name == "scriptedtest/big"
