@@ -25,42 +25,49 @@ from dataclasses import dataclass, field
 
 from .tree import TokenTree
 
-__all__ = ["Acceptance", "ContextIndex", "CostCurve", "Trie", "shape_tree"]
+__all__ = ["STRONG_MATCH", "Acceptance", "ContextIndex", "CostCurve", "Trie", "shape_tree"]
+
+STRONG_MATCH = 2
+"""Drafts whose place matches at least this many tokens before the end are counted in their rank's column;
+drafts from one-token matches (much less often right) in ranks ``width`` and up, so each gets its own p."""
 
 
 @dataclass(slots=True)
 class Trie:
-    """Drafted continuations: ``children[token] = (support, subtrie)``."""
+    """Drafted continuations: ``children[token] = (support, longest match, subtrie)``."""
 
-    children: dict[int, tuple[float, Trie]] = field(default_factory=dict)
+    children: dict[int, tuple[float, int, Trie]] = field(default_factory=dict)
 
-    def add(self, tokens: Sequence[int], weight: float) -> None:
+    def add(self, tokens: Sequence[int], weight: float, match: int) -> None:
         node = self
         for t in tokens:
-            support, child = node.children.get(t) or (0.0, Trie())
-            node.children[t] = (support + weight, child)
+            support, best, child = node.children.get(t) or (0.0, 0, Trie())
+            node.children[t] = (support + weight, max(best, match), child)
             node = child
 
-    def ranked(self) -> list[tuple[int, Trie]]:
-        """Children, most supported first (ties: the token seen first)."""
+    def ranked(self) -> list[tuple[int, int, Trie]]:
+        """Children as ``(token, longest match, subtrie)``, most supported first (ties: the token seen first)."""
         order = sorted(self.children.items(), key=lambda kv: -kv[1][0])
-        return [(t, sub) for t, (_, sub) in order]
+        return [(t, best, sub) for t, (_, best, sub) in order]
 
 
 class ContextIndex:
-    """Where each ``min_n``-gram of one job's tokens ended; grows as the job's tokens grow."""
+    """Where each token of one job's text occurs; grows as the job's tokens grow.
 
-    def __init__(self, *, min_n: int = 2, max_match: int = 8, max_places: int = 64) -> None:
-        self.min_n, self.max_match, self.max_places = min_n, max_match, max_places
-        self._ends: dict[tuple[int, ...], list[int]] = {}
+    A place is where the last token occurred before; its match is how many tokens before it equal the tokens
+    before the end (at least 1). Places are weighted by the square of their match, the best ``max_places`` kept.
+    """
+
+    def __init__(self, *, max_match: int = 8, max_places: int = 48, scan: int = 256) -> None:
+        self.max_match, self.max_places, self.scan = max_match, max_places, scan
+        self._ends: dict[int, list[int]] = {}
         self._done = 0
 
     def _extend(self, tokens: Sequence[int]) -> None:
-        # _ends[gram] = the positions j (ascending) with tokens[j - n : j] == gram and j < len(tokens): the
-        # continuation starts at j, so the suffix being matched never finds itself
-        n = self.min_n
-        for j in range(max(self._done, n), len(tokens)):
-            self._ends.setdefault(tuple(tokens[j - n : j]), []).append(j)
+        # _ends[token] = the positions j (ascending) with tokens[j - 1] == token and j < len(tokens): the
+        # continuation starts at j, so the end being matched never finds itself
+        for j in range(max(self._done, 1), len(tokens)):
+            self._ends.setdefault(tokens[j - 1], []).append(j)
         self._done = max(self._done, len(tokens))
 
     def _match(self, tokens: Sequence[int], j: int) -> int:
@@ -74,12 +81,12 @@ class ContextIndex:
         """Continuations of up to ``depth`` tokens after the places matching the end of ``tokens``."""
         self._extend(tokens)
         trie = Trie()
-        if depth <= 0 or len(tokens) < self.min_n:
+        if depth <= 0 or not tokens:
             return trie
-        places = self._ends.get(tuple(tokens[len(tokens) - self.min_n :]), [])
-        for j in places[-self.max_places :]:
-            m = self._match(tokens, j)
-            trie.add(tokens[j : min(j + depth, len(tokens))], float(m * m))
+        places = self._ends.get(tokens[-1], [])[-self.scan :]
+        matched = sorted(((self._match(tokens, j), j) for j in places), reverse=True)[: self.max_places]
+        for m, j in matched:
+            trie.add(tokens[j : min(j + depth, len(tokens))], float(m * m), m)
         return trie
 
 
@@ -88,7 +95,10 @@ class Acceptance:
 
     def __init__(self, max_depth: int, max_rank: int, prior: Callable[[int, int], float] | None = None) -> None:
         self.max_depth, self.max_rank = max_depth, max_rank
-        self._prior = prior or (lambda d, r: 0.6 / (1 + 2 * r))
+        half = max_rank // 2
+        # the guess before anything is measured; ranks from ``half`` on are one-token matches' (shape_tree), a
+        # guess high enough that they get tried, and so measured
+        self._prior = prior or (lambda d, r: 0.6 / (1 + 2 * r) if r < half else 0.35 / (1 + 2 * (r - half)))
         self.tried = [[0] * max_rank for _ in range(max_depth + 1)]
         self.accepted = [[0] * max_rank for _ in range(max_depth + 1)]
 
@@ -149,7 +159,8 @@ def shape_tree(
 
     def offer(parent: int, depth: int, prob: float, sub: Trie) -> None:
         nonlocal order
-        for rank, (token, child) in enumerate(sub.ranked()[:width]):
+        for i, (token, match, child) in enumerate(sub.ranked()[:width]):
+            rank = i if match >= STRONG_MATCH else width + i  # drafts from one-token matches are counted apart
             q = prob * acceptance.p(depth, rank)
             heapq.heappush(heap, (-q, order, depth, rank, parent, token, child))
             order += 1

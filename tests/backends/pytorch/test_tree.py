@@ -103,7 +103,7 @@ def decode(model, prompt, mode, *, chooser=None, max_new=48, end=None):
                     is_end=lambda t: t == end, speculation=speculation)  # fmt: skip
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_greedy_decoding_with_trees_and_chains_equals_plain_greedy(model, seed: int) -> None:
     prompt = copy_heavy_prompt(seed)
     plain = decode(model, prompt, "plain")
@@ -143,18 +143,21 @@ def test_the_token_limit_and_the_end_token_are_honoured(model) -> None:
 
 
 def test_context_drafts_rank_continuations_by_their_support() -> None:
-    index = ContextIndex(min_n=2)
-    # "1 2" is followed by 3 twice (once after a longer match) and by 4 once
+    index = ContextIndex()
+    # "9 1 2" is followed by 3 twice, "8 1 2" by 4 once: 3 has more support, both were matched on 2+ tokens
     tokens = [9, 1, 2, 3, 5, 8, 1, 2, 4, 6, 9, 1, 2, 3, 7, 0, 9, 1, 2]
     trie = index.drafts(tokens, depth=3)
-    ranked = [t for t, _ in trie.ranked()]
+    ranked = [t for t, _, _ in trie.ranked()]
     assert ranked == [3, 4]
-    assert {t for t, _ in trie.children[3][1].ranked()} == {5, 7}
-    assert ContextIndex(min_n=2).drafts([1, 2], depth=3).children == {}  # its own end is not a match
+    assert all(match >= 2 for _, match, _ in trie.ranked())
+    weak = ContextIndex().drafts([5, 1, 7, 2, 1], depth=2)  # "1" matches alone: a one-token match
+    assert [(t, m) for t, m, _ in weak.ranked()] == [(7, 1)]
+    assert {t for t, _, _ in trie.children[3][2].ranked()} == {5, 7}
+    assert ContextIndex().drafts([1, 2], depth=3).children == {}  # its own end is not a match
 
 
 def test_the_tree_shape_grows_only_while_it_pays() -> None:
-    trie = ContextIndex(min_n=2).drafts([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2], depth=4)
+    trie = ContextIndex().drafts([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2], depth=4)
     sure = Acceptance(8, 4, prior=lambda d, r: 0.9 if r == 0 else 0.3)
     tree, ranks, expected = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=4)
     assert tree.tokens[:2] == (0, 3) and len(tree) > 4
