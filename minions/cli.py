@@ -3,7 +3,7 @@
     minions ask FILE... "question"      answer a question about local documents
     minions models                      what is configured, available and pulled
     minions models pull OWNER/REPO[/FILE]   a GGUF model from the Hugging Face Hub
-    minions bench cost|engine|speculative|pdf|evidence|fleet
+    minions bench cost|engine|speculative|tree|pdf|evidence|fleet
     minions app [--port P]              the chat app over your documents, in the browser
     minions serve [--port P]            an OpenAI-compatible API (the model name picks the protocol)
 
@@ -192,6 +192,35 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec.set_defaults(func=cmd_bench_speculative)
 
 
+def cmd_bench_tree(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from minions.backends.pytorch.bench import TreeBenchConfig, tree_bench
+
+    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "repeats", "n_threads")}
+    config = replace(TreeBenchConfig(), **{k: v for k, v in changes.items() if v is not None})
+    if args.no_llamacpp:
+        config = replace(config, llamacpp=False)
+    for line in tree_bench(args.data, config):
+        print(json.dumps(line), flush=True)
+    return 0
+
+
+def _add_bench_tree_parser(kinds: Any) -> None:
+    from minions.backends.pytorch.bench import TreeBenchConfig
+
+    d = TreeBenchConfig()
+    tree = kinds.add_parser("tree", help="PyTorch backend: plain vs chain vs token-tree speculation (extraction jobs)")
+    _add_data_option(tree, "FinanceBench checkout or its pdfs/ folder")
+    tree.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
+    tree.add_argument("--chunks", type=int, help=f"excerpts, {d.jobs_per_chunk} jobs each (default {d.chunks})")
+    tree.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
+    tree.add_argument("--repeats", type=int, help=f"plain/chain/tree runs in turn (default {d.repeats})")
+    tree.add_argument("--n-threads", type=int, help="torch CPU threads (default: all cores)")
+    tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
+    tree.set_defaults(func=cmd_bench_tree)
+
+
 def cmd_bench_pdf(args: argparse.Namespace) -> int:
     from minions.documents.bench import pdf_bench
 
@@ -280,6 +309,7 @@ def _add_bench_parser(sub: Any) -> None:
     cost.set_defaults(func=cmd_bench_cost)
     _add_bench_engine_parser(kinds)
     _add_bench_speculative_parser(kinds)
+    _add_bench_tree_parser(kinds)
     _add_bench_pdf_parser(kinds)
     _add_bench_evidence_parser(kinds)
 
