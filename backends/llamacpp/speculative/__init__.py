@@ -1,6 +1,6 @@
 """Speculative decoding for the local engine: lossless, adaptive, learned from traffic.
 
-- ``rules``: the acceptance rules (greedy, sample-and-compare, Leviathan/Chen rejection) as pure functions;
+- ``rules``: the acceptance rule (sample-and-compare: greedy at temperature 0) as a pure function;
 - ``drafters``: context lookup, the persistent trace cache, the per-schema (grammar) trace, a draft model;
 - ``depth``: the measured cost curve ``T(n)``, acceptance tracking, and the draft length that maximises
   expected tokens per second;
@@ -21,14 +21,7 @@ from .depth import (
     load_or_measure_cost_table,
 )
 from .drafters import ContextLookup, Drafter, DraftModel, ScriptedDrafter, TraceCache
-from .rules import (
-    chi_square,
-    chi_square_critical,
-    greedy_accept,
-    rejection_sample,
-    residual,
-    sample_compare,
-)
+from .rules import chi_square, chi_square_critical, sample_compare
 from .speculator import Draft, DraftStats, Speculator, default_drafters
 
 __all__ = [
@@ -48,9 +41,6 @@ __all__ = [
     "choose_depths",
     "default_drafters",
     "expected_tokens",
-    "greedy_accept",
     "load_or_measure_cost_table",
-    "rejection_sample",
-    "residual",
     "sample_compare",
 ]

@@ -21,9 +21,6 @@ from minions.backends.llamacpp.speculative import (
     chi_square_critical,
     choose_depths,
     expected_tokens,
-    greedy_accept,
-    rejection_sample,
-    residual,
     sample_compare,
 )
 
@@ -39,8 +36,9 @@ from minions.backends.llamacpp.speculative import (
         ([], [4], 0, [4]),  # no draft: plain decoding
     ],
 )
-def test_greedy_accept(draft: list[int], argmaxes: list[int], m: int, emitted: list[int]) -> None:
-    assert greedy_accept(draft, argmaxes) == (m, emitted)
+def test_greedy_verification(draft: list[int], argmaxes: list[int], m: int, emitted: list[int]) -> None:
+    # at temperature 0 the sequence's sampler is the argmax: sample-and-compare is greedy verification
+    assert sample_compare(draft, lambda i: argmaxes[i]) == (m, emitted)
 
 
 def test_sample_compare_draws_once_per_emitted_token_and_stops_when_the_reply_ends() -> None:
@@ -59,50 +57,56 @@ def test_sample_compare_draws_once_per_emitted_token_and_stops_when_the_reply_en
     assert draws == [0, 1]
 
 
-# -- the rejection rule on a toy target: chi-square over whole sequences --------------------------------------
+# -- the acceptance rule on a toy target: chi-square over whole sequences ------------------------------------
 
 V = 4  # vocabulary
 L = 3  # tokens per sequence: V**L = 64 categories
+START = V  # the row of the distribution of the first token
 
 
-def _markov(rng: np.random.Generator, sharp: float) -> np.ndarray:
-    """[V + 1, V]: next-token distribution given the previous token (row V: the start)."""
-    logits = rng.normal(size=(V + 1, V)) * sharp
+def _markov(seed: int, sharp: float = 1.5) -> np.ndarray:
+    """[V + 1, V]: next-token distribution given the previous token (row ``START``: the first token)."""
+    logits = np.random.default_rng(seed).normal(size=(V + 1, V)) * sharp
     e = np.exp(logits)
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _speculative_sequences(n: int, k: int, *, wrong_residual: bool, seed: int) -> np.ndarray:
-    """``n`` sequences of ``L`` tokens decoded speculatively: a draft chain ``Q`` proposes ``k`` tokens, the
-    rejection rule verifies them against the target chain ``P``. Returns the count of each sequence."""
+P = _markov(1)  # the target
+Q = _markov(2)  # another model, whose greedy choices make wrong drafts often
+
+
+def _speculative_sequences(n: int, k: int, drafter: np.ndarray, *, seed: int, lossy: bool = False) -> np.ndarray:
+    """``n`` sequences of ``L`` tokens decoded speculatively: each step ``drafter`` proposes ``k`` tokens greedily
+    (a deterministic draft, as every drafter of the engine makes), ``sample_compare`` verifies them with a sampler
+    that draws from the target after the draft's prefix, and decoding goes on from what it emitted. ``lossy``:
+    the sampler takes the draft token whenever the target gives it 25% or more, a plausible-looking bug.
+    Returns the count of each sequence."""
     rng = np.random.default_rng(seed)
-    P, Q = _markov(np.random.default_rng(1), 1.5), _markov(np.random.default_rng(2), 1.5)
-    res = (lambda p, q: p) if wrong_residual else residual  # "resample from p": a classic bug, biased
     counts = np.zeros(V**L, dtype=np.int64)
     for _ in range(n):
         seq: list[int] = []
         while len(seq) < L:
-            prev = seq[-1] if seq else V
-            draft, q = [], []
-            for _ in range(k):  # the draft model samples d_i ~ Q(. | d_{i-1})
-                q.append(Q[prev])
-                prev = int(rng.choice(V, p=Q[prev]))
+            prev, draft = seq[-1] if seq else START, []
+            for _ in range(k):
+                prev = int(np.argmax(drafter[prev]))
                 draft.append(prev)
-            # the target's distributions after each draft prefix: [k + 1, V]
-            ctx = [seq[-1] if seq else V, *draft]
-            p = np.stack([P[t] for t in ctx])
-            _, emitted = rejection_sample(p, np.stack(q), draft, rng, residual_fn=res)
-            seq.extend(emitted)
-        seq = seq[:L]
-        counts[sum(t * V**i for i, t in enumerate(seq))] += 1
+            ctx = [seq[-1] if seq else START, *draft]  # the target's row after each draft prefix: p[0..k]
+
+            def sample(i: int, ctx: list[int] = ctx, draft: list[int] = draft) -> int:
+                if lossy and i < len(draft) and P[ctx[i], draft[i]] >= 0.25:
+                    return draft[i]
+                return int(rng.choice(V, p=P[ctx[i]]))
+
+            seq.extend(sample_compare(draft, sample)[1])
+        counts[sum(t * V**i for i, t in enumerate(seq[:L]))] += 1
     return counts
 
 
 def _target_sequence_probs() -> np.ndarray:
-    P = _markov(np.random.default_rng(1), 1.5)
+    """Plain decoding's probability of each sequence of ``L`` tokens."""
     probs = np.zeros(V**L)
     for seq in itertools.product(range(V), repeat=L):
-        prob, prev = 1.0, V
+        prob, prev = 1.0, START
         for t in seq:
             prob *= P[prev, t]
             prev = t
@@ -110,28 +114,40 @@ def _target_sequence_probs() -> np.ndarray:
     return probs
 
 
-@pytest.mark.parametrize("k", [1, 3])
-def test_rejection_rule_samples_the_target_distribution(k: int) -> None:
-    stat, dof = chi_square(_speculative_sequences(6000, k, wrong_residual=False, seed=k), _target_sequence_probs())
+@pytest.mark.parametrize(("k", "drafter"), [(1, Q), (3, Q), (2, P)], ids=["k1-wrong", "k3-wrong", "k2-right"])
+def test_speculative_sequences_have_the_target_distribution(k: int, drafter: np.ndarray) -> None:
+    # Sequences of 3 tokens span steps: their later tokens follow accepted drafts, rejected ones and bonus
+    # tokens, so the rule's every branch is in the count. Drafts from P's own argmax are mostly accepted.
+    stat, dof = chi_square(_speculative_sequences(6000, k, drafter, seed=k), _target_sequence_probs())
     assert stat < chi_square_critical(dof, alpha=0.001), (stat, dof)
 
 
-def test_chi_square_catches_a_wrong_residual() -> None:
-    stat, dof = chi_square(_speculative_sequences(6000, 3, wrong_residual=True, seed=7), _target_sequence_probs())
+def test_chi_square_catches_a_lossy_acceptance() -> None:
+    counts = _speculative_sequences(6000, 3, Q, seed=7, lossy=True)
+    stat, dof = chi_square(counts, _target_sequence_probs())
     assert stat > chi_square_critical(dof, alpha=0.001), (stat, dof)
 
 
-def test_sample_compare_with_a_fixed_draft_samples_the_target() -> None:
-    """A deterministic draft (a point mass) verified by drawing from the target and comparing: every emitted
-    token is a draw of the target, whatever the draft says."""
-    rng = np.random.default_rng(3)
-    p = np.array([0.5, 0.3, 0.15, 0.05])
-    counts = np.zeros(V, dtype=np.int64)
-    for _ in range(8000):
-        _, emitted = sample_compare([1, 1], lambda i: int(rng.choice(V, p=p)))
-        counts[emitted[0]] += 1
-    stat, dof = chi_square(counts, p)
-    assert stat < chi_square_critical(dof, alpha=0.001)
+def test_the_token_after_an_accepted_or_a_rejected_draft_has_the_target_distribution() -> None:
+    """One step with the draft ``[a, b]``: when ``a`` is accepted the next token follows the target after ``a``
+    (``b`` or the target's own choice there); when it is rejected, the token emitted in its place follows the
+    target without ``a``, renormalised (what rejection sampling of a point-mass draft gives)."""
+    rng = np.random.default_rng(11)
+    a, b = 2, 0
+    ctx = [START, a, b]
+    after_accept = np.zeros(V, dtype=np.int64)
+    on_reject = np.zeros(V, dtype=np.int64)
+    for _ in range(12000):
+        m, emitted = sample_compare([a, b], lambda i: int(rng.choice(V, p=P[ctx[i]])))
+        if m >= 1:
+            after_accept[emitted[1]] += 1
+        else:
+            on_reject[emitted[0]] += 1
+    without_a = P[START] * (np.arange(V) != a)
+    for counts, expected in ((after_accept, P[a]), (on_reject, without_a / without_a.sum())):
+        assert counts.sum() > 1000  # both branches ran often enough to test
+        stat, dof = chi_square(counts, expected)
+        assert stat < chi_square_critical(dof, alpha=0.001), (counts, expected)
 
 
 def test_chi_square_critical_values() -> None:
