@@ -166,7 +166,7 @@ def generate(
     start = time.perf_counter()
     if len(prompt) > 1:  # the last prompt token is the first tree's root
         with torch.inference_mode():
-            model(input_ids=torch.tensor([list(prompt[:-1])]), cache=cache, use_cache=True)
+            model(input_ids=torch.tensor([list(prompt[:-1])], device=model.device), cache=cache, use_cache=True)
     out = Decoded(tokens=[], finish="length", prefill_s=time.perf_counter() - start)
     start = time.perf_counter()
     index = ContextIndex()
@@ -222,7 +222,7 @@ def measure_cost(
     ids = [(7 * i + 3) % vocab for i in range(past + max(sizes))]
     cache = new_cache()
     with torch.inference_mode():
-        model(input_ids=torch.tensor([ids[:past]]), cache=cache, use_cache=True)
+        model(input_ids=torch.tensor([ids[:past]], device=model.device), cache=cache, use_cache=True)
     seconds = []
     for n in sizes:
         times = []

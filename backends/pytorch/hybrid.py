@@ -86,8 +86,9 @@ class ReplayState:
         keep_path(cache, past, [])
         tokens = [tree.tokens[i] for i in path]
         with torch.inference_mode():
-            model(input_ids=torch.tensor([tokens]), position_ids=torch.arange(past, past + len(tokens))[None],
-                  cache=cache, use_cache=True)  # fmt: skip
+            ids = torch.tensor([tokens], device=model.device)
+            positions = torch.arange(past, past + len(tokens), device=model.device)[None]
+            model(input_ids=ids, position_ids=positions, cache=cache, use_cache=True)
         self.replayed += len(tokens)
 
 

@@ -92,7 +92,7 @@ def ancestor_mask(tree: TokenTree, past: int, dtype: torch.dtype) -> torch.Tenso
 
 @torch.inference_mode()
 def verify(model: Any, cache: Any, tree: TokenTree, past: int) -> torch.Tensor:
-    """One forward over the tree's nodes on top of ``past`` cached tokens; logits ``[n, V]`` (float32).
+    """One forward over the tree's nodes on top of ``past`` cached tokens; logits ``[n, V]`` (float32, CPU).
 
     The cache grows by ``n`` entries in node order; ``keep_path`` drops the rejected ones.
     """
@@ -103,7 +103,7 @@ def verify(model: Any, cache: Any, tree: TokenTree, past: int) -> torch.Tensor:
     chain = all(p == i - 1 for i, p in enumerate(tree.parents))
     mask = None if chain else ancestor_mask(tree, past, model.dtype).to(device)  # [1, 1, n, past + n]
     out = model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
-    return out.logits[0].float()
+    return out.logits[0].float().cpu()  # the walk reads them node by node
 
 
 Choose = Callable[[int, torch.Tensor], int]
