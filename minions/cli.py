@@ -168,7 +168,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "n_threads", "k_max")}
+    changes = {k: getattr(args, k) for k in ("model", "document", "chunks", "max_tokens", "n_threads", "k_max")}
     if args.batches:
         changes["batches"] = tuple(args.batches)
     config = replace(SpecBenchConfig(), **{k: v for k, v in changes.items() if v is not None})
@@ -183,6 +183,7 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     d = SpecBenchConfig()
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
     _add_data_option(spec, "FinanceBench checkout or its pdfs/ folder")
+    spec.add_argument("--model", help="GGUF file to measure, a hybrid one too (default: the shipped SmolLM2)")
     spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")

@@ -41,6 +41,9 @@ FREEFORM = (
 
 @dataclass(frozen=True, slots=True)
 class SpecBenchConfig:
+    model: str | None = None
+    """The GGUF to measure; None: the shipped SmolLM2. A hybrid model (LFM2, Granite 4.0-H, ...) adds its rollback
+    cost to the line (``rollback_s``, ``rollbacks``, ``redo_tokens``)."""
     document: str = "3M_2018_10K.pdf"
     chunks: int = 4
     chunk_tokens: int = 500
@@ -118,8 +121,9 @@ def speculative_bench(
     from .depth import load_or_measure_cost_table
 
     c = config or SpecBenchConfig()
-    engine = Engine(default_local_model(), EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
-                                                        learn_drafts=False))  # fmt: skip
+    model = c.model or default_local_model()
+    engine = Engine(model, EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
+                                        learn_drafts=False))  # fmt: skip
     speculator = engine.speculator
     assert speculator is not None
     n_threads = engine.config.threads
@@ -164,6 +168,10 @@ def speculative_bench(
                     "depths": b["depths"],
                     "cost_ratios": {n: round(curve(n) / curve(batch), 3) for n in (2 * batch, 4 * batch, 9 * batch)},
                     "gate": gate,
+                    "memory": engine.model.memory,
+                    "rollback_s": cost.rollback_s,
+                    "rollbacks": b["rollbacks"],
+                    "redo_tokens": b["redo_tokens"],
                     "n_threads": n_threads,
                     "load_before": round(load, 2),
                     "load_after": round(os.getloadavg()[0], 2),
