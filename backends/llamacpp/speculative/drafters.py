@@ -210,7 +210,9 @@ class ScriptedDrafter:
 
 class DraftModel:
     """A smaller GGUF with the target's vocabulary, drafting greedily (a deterministic draft, verified by
-    sample-and-compare). Keeps a KV stream per sequence and computes only the tokens it has not seen."""
+    sample-and-compare). Keeps a KV stream per sequence and computes only the tokens it has not seen. A hybrid
+    draft model (recurrent layers) cannot drop its rejected draft tokens: it checkpoints its recurrent state after
+    the confirmed tokens and goes back to it before the next draft."""
 
     name = "draft_model"
 
@@ -222,18 +224,20 @@ class DraftModel:
                                               n_threads=n_threads)  # fmt: skip
         self.batch = TokenBatch(self.model.lib, 512)
         self._held: dict[int, list[int]] = {}
+        self.recurrent = self.model.memory != "attention"
+        self._checkpoints: dict[int, tuple[int, bytes]] = {}
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
         import numpy as np
 
-        from ..engine_slots import common_prefix
+        from ..slots import common_prefix
 
         held = self._held.setdefault(seq, [])
-        keep = min(common_prefix(held, tokens), len(tokens) - 1)  # recompute at least the last token
-        self.ctx.seq_rm(seq, keep, -1)
-        del held[keep:]
-        todo, out = list(tokens[keep:]), list[int]()
+        self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))  # compute at least the last
+        todo, out = list(tokens[len(held) :]), list[int]()
         while len(out) < k and len(held) + len(todo) < self.ctx.seq_ctx:
+            if self.recurrent and len(held) == len(tokens):  # the confirmed tokens are in: the next draft's start
+                self._checkpoints[seq] = (len(held), self.ctx.recurrent_state(seq))
             idx = -1
             for start in range(0, len(todo), self.batch.capacity):  # the unseen tokens, then each draft token
                 part = todo[start : start + self.batch.capacity]
@@ -249,9 +253,27 @@ class DraftModel:
             todo = [token]
         return out
 
+    def _rewind(self, seq: int, held: list[int], keep: int) -> None:
+        """Keep the first ``keep`` of the ``held`` tokens of ``seq`` (a recurrent model: those up to its
+        checkpoint, or none)."""
+        if keep >= len(held):
+            return
+        checkpoint = self._checkpoints.get(seq)
+        if not self.recurrent:
+            self.ctx.seq_rm(seq, keep, -1)
+        elif checkpoint is not None and checkpoint[0] <= keep:
+            keep, state = checkpoint
+            self.ctx.restore_recurrent_state(seq, state)
+            self.ctx.seq_rm(seq, keep, -1)  # the state is at keep - 1 again: only attention cells go
+        else:
+            keep = 0
+            self.ctx.seq_rm(seq, -1, -1)
+        del held[keep:]
+
     def finish(self, seq: int, tokens: Sequence[int], n_prompt: int) -> None:
         self.ctx.seq_rm(seq, -1, -1)
         self._held.pop(seq, None)
+        self._checkpoints.pop(seq, None)
 
     def close(self) -> None:
         self.ctx.close()

@@ -205,3 +205,22 @@ def test_rollback_costs_keep_drafting_from_making_a_recurrent_model_slower() -> 
     assert choose_depths([0.9], [4], flat, rollback_s=0.2)[0] > 0
     assert rollback_tokens(1.0, 4) == 0.0 and rollback_tokens(0.0, 4) == 1.0
     assert rollback_tokens(0.5, 2) == pytest.approx(0.5 * 1 + 0.25 * 2)
+
+
+@pytest.mark.parametrize("target, draft", [("lfm2", "smollm2"), ("smollm2", "lfm2"), ("granitehybrid", "lfm2")])
+def test_a_draft_model_of_either_memory_keeps_the_target_lossless(
+    tiny_models: dict[str, Path], smollm2_gguf: Path, target: str, draft: str
+) -> None:
+    # an attention draft for a hybrid target, a hybrid draft (which rolls back by checkpoint) for either
+    paths = {**tiny_models, "smollm2": smollm2_gguf}
+    engine = _engine(paths[target], flash_attn=True, share_prefixes=False, draft_model=str(paths[draft]), k_max=3)
+    try:
+        assert engine.speculator is not None
+        drafter = engine.speculator.drafters[-1]
+        engine.speculator.drafters, engine.speculator.depth = [drafter], 3
+        requests = _requests(max_tokens=10)[:2]
+        plain = _ids(engine.run(requests, speculate=False, trace_tokens=True))
+        results = engine.run(requests, trace_tokens=True)
+        assert _ids(results) == plain and results[0].stats["batch"]["drafted"] > 5
+    finally:
+        engine.close()
