@@ -184,9 +184,12 @@ def test_minion_records_the_whole_context_sent_to_a_local_model_elsewhere(remote
 
 
 def ollama_server(seen: list[httpx.Request]) -> httpx.MockTransport:
-    """Ollama's /api/chat, answering each job as the scripted local model would."""
+    """Ollama's /api/chat, answering each job as the scripted local model would (``seen`` holds the chats), and
+    the /api/show the backend asks once."""
 
     def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/show":
+            return httpx.Response(200, json={"model_info": {"general.architecture": "llama"}})
         seen.append(request)
         body = json.loads(request.content)
         messages = [Message(m["role"], m["content"]) for m in body["messages"]]
