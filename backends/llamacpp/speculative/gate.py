@@ -34,7 +34,7 @@ class SpeedGate:
     alpha: float = 0.2
     probe_every: int = 16
     min_steps: int = 4
-    backoff_steps: int = 16
+    backoff_steps: int = 32
     max_backoff: int = 512
     plain_pace: float | None = None
     """EMA of a plain step's seconds over the table's plain step (``u_plain``); None until one is seen."""
