@@ -21,7 +21,7 @@ from .depth import (
     load_or_measure_cost_table,
 )
 from .drafters import ContextLookup, Drafter, DraftModel, ScriptedDrafter, TraceCache
-from .rules import chi_square, chi_square_critical, sample_compare
+from .rules import sample_compare
 from .speculator import Draft, DraftStats, Speculator, default_drafters
 
 __all__ = [
@@ -36,8 +36,6 @@ __all__ = [
     "ScriptedDrafter",
     "Speculator",
     "TraceCache",
-    "chi_square",
-    "chi_square_critical",
     "choose_depths",
     "default_drafters",
     "expected_tokens",

@@ -17,12 +17,12 @@ from minions.backends.llamacpp.speculative import (
     ScriptedDrafter,
     Speculator,
     TraceCache,
-    chi_square,
-    chi_square_critical,
     choose_depths,
     expected_tokens,
     sample_compare,
 )
+
+from .chi_square import chi_square, chi_square_critical
 
 # -- greedy and sample-and-compare ---------------------------------------------------------------------------
 
