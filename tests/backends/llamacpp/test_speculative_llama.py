@@ -227,3 +227,26 @@ def test_speculation_needs_an_engine_made_for_it() -> None:
             engine.run(_requests()[:1], speculate=True)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("params", [{}, {"temperature": 0.8, "seed": 5}], ids=["greedy", "seeded-sampling"])
+def test_a_draft_model_keeps_the_reply_of_plain_decoding(smollm2_gguf: Path, params: dict[str, object]) -> None:
+    """A real draft model (``EngineConfig(draft_model=...)``): the shipped Q4_1 SmolLM2 drafting for its Q4_0
+    quantization, the only drafter, so its drafts are mostly right and sometimes not."""
+    engine = _engine(flash_attn=True, draft_model=str(smollm2_gguf))
+    try:
+        assert engine.speculator is not None
+        drafter = engine.speculator.drafters[-1]
+        assert drafter.name == "draft_model"
+        engine.speculator.drafters, engine.speculator.depth = [drafter], 4
+        requests = _requests(max_tokens=24, **params)[:3]  # two extraction jobs and a summary
+        plain = engine.run(requests, speculate=False, trace_tokens=True)
+        engine.clear_cache()  # both runs compute their prompts: a restored prefix may round a logit differently
+        spec = engine.run(requests, trace_tokens=True)
+        assert_identical(plain, spec)
+        assert_kv_in_step(engine)
+        drafted = sum(r.stats["drafted_by_drafter"].get("draft_model", 0) for r in spec)
+        batch = spec[0].stats["batch"]
+        assert drafted == batch["drafted"] > 0 and 0 < batch["accepted"] < batch["drafted"]
+    finally:
+        engine.close()
