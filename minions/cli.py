@@ -139,10 +139,13 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from minions.backends.llamacpp.bench import BenchConfig, engine_bench
+    from minions.protocols.bench import production_jobs
 
     changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline")}
     config = replace(BenchConfig(), **{k: v for k, v in changes.items() if v is not None})
-    print(json.dumps(engine_bench(args.data, config)))
+    # the jobs production sends; the prompt-order experiment (instruction first) has its own prompt
+    make_jobs = production_jobs if config.order == "chunk-first" else None
+    print(json.dumps(engine_bench(args.data, config, make_jobs)))
     return 0
 
 

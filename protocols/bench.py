@@ -12,17 +12,24 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
+from minions.backends.llamacpp.bench import BenchConfig
 from minions.backends.registry import default_local, resolve
+from minions.chunking import Chunk
 from minions.documents import load_document
+from minions.errors import ConfigError
 from minions.paths import benchmark_data
+from minions.types import ChatRequest, SamplingParams
 
+from .jobs import Job, job_request
 from .minions_protocol import Minions
+from .quotes import quote_schema
 
-__all__ = ["BENCH_OPTIONS", "cost_bench", "financebench_items"]
+__all__ = ["BENCH_OPTIONS", "cost_bench", "financebench_items", "production_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,22 @@ BENCH_OPTIONS: dict[str, Any] = {
 }
 """Bounded local work (retrieval fallback past 12 jobs a round) so three filings take minutes on 2 cores; a
 stand-in remote too weak to plan still gets its local jobs run, so what is measured is a real round."""
+
+
+def production_jobs(chunks: Sequence[str], config: BenchConfig) -> list[ChatRequest]:
+    """``minions bench engine``'s jobs as the Minions protocol sends them: every instruction over every chunk
+    (chunk by chunk), through the production job prompt (``job_request``) with the schema of the chunk's own
+    sentences (``quote_schema``), greedy, ``config.max_tokens`` each."""
+    if config.order != "chunk-first":
+        raise ConfigError("The production job prompt puts the chunk first: --order instruction-first is not it.")
+    requests: list[ChatRequest] = []
+    for k, text in enumerate(chunks):
+        chunk = Chunk("bench", k, text, 0, len(text))
+        for instruction in config.instructions:
+            job = Job(len(requests), 1, instruction, chunk)
+            params = SamplingParams(max_tokens=config.max_tokens, json_schema=quote_schema(job.options))
+            requests.append(job_request(instruction, chunk, params))
+    return requests
 
 
 def financebench_items(data_dir: Path, items: int) -> list[dict[str, Any]]:

@@ -245,7 +245,15 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def engine_bench(data: str | os.PathLike[str] | None, config: BenchConfig | None = None) -> dict[str, Any]:
+JobMaker = Callable[[Sequence[str], "BenchConfig"], list[ChatRequest]]
+"""Every instruction of a config over every chunk, as requests: the protocols' ``production_jobs`` (the job prompt
+and schema production sends; the CLI passes it), or ``bench_jobs``, this module's own for the prompt-order
+experiment (this layer cannot import the protocols' prompts)."""
+
+
+def engine_bench(
+    data: str | os.PathLike[str] | None, config: BenchConfig | None = None, make_jobs: JobMaker | None = None
+) -> dict[str, Any]:
     """Run the benchmark; one flat dict (the CLI prints it as one JSON line)."""
     from .engine import Engine, EngineConfig
     from .ffi import LlamaModel
@@ -255,7 +263,7 @@ def engine_bench(data: str | os.PathLike[str] | None, config: BenchConfig | None
     pdf = find_document(data, c.document)
     model_path = default_local_model()
     tokenizer = LlamaModel(model_path)
-    requests = bench_jobs(load_chunks(pdf, tokenizer, c), c)
+    requests = (make_jobs or bench_jobs)(load_chunks(pdf, tokenizer, c), c)
     tokenizer.close()
     load = os.getloadavg()[0]
 

@@ -28,3 +28,23 @@ def test_cost_bench_counts_remote_only_and_measures_minions(tmp_path, monkeypatc
     assert out["remote_input_tokens_remote_only"] > out["remote_input_tokens_minions"] > 0
     assert out["ratio"] == round(out["remote_input_tokens_remote_only"] / out["remote_input_tokens_minions"], 1)
     assert all(r["jobs"] <= bench.BENCH_OPTIONS["max_jobs_per_round"] for r in out["per_item"])
+
+
+def test_the_engine_bench_sends_the_production_job_prompt_and_schema():
+    from minions.backends.llamacpp.bench import BenchConfig
+    from minions.chunking import Chunk
+    from minions.protocols.jobs import job_request
+
+    chunks = ["Net sales were $32.8 billion in 2018. Operating income was $7.2 billion.", make_text(2)]
+    config = BenchConfig(instructions=("What were net sales?", "Which risks are mentioned?"), max_tokens=40)
+    requests = bench.production_jobs(chunks, config)
+
+    assert len(requests) == 4  # every instruction over every chunk, chunk by chunk
+    for i, request in enumerate(requests):
+        k, instruction = divmod(i, 2)[0], config.instructions[i % 2]
+        chunk = Chunk("bench", k, chunks[k], 0, len(chunks[k]))
+        assert request.messages == job_request(instruction, chunk, request.params).messages
+        quotes = [a["properties"]["quote"]["const"] for a in request.params.json_schema["anyOf"]]
+        assert quotes and (k == 1 or "Net sales were $32.8 billion in 2018." in quotes)  # the chunk's sentences
+        assert request.params.max_tokens == 40 and request.params.temperature == 0.0
+    assert requests[0].prefix == requests[1].prefix  # jobs over one chunk share its prefix
