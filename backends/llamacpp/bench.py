@@ -276,7 +276,8 @@ def engine_bench(
     peak_sequential = _peak_rss_mb()
 
     # made after the baseline is freed, so that peak_rss_mb is the larger of the two, not their sum
-    engine = Engine(model_path, EngineConfig(n_ctx=c.n_ctx, max_seqs=c.max_seqs, speculate=c.speculate))
+    # no prefix states saved to disk: this measures batching (``minions bench cache`` measures those)
+    engine = Engine(model_path, EngineConfig(n_ctx=c.n_ctx, max_seqs=c.max_seqs, speculate=c.speculate, kv_cache=False))
     runs, memory = [], []
     for _ in range(max(1, c.repeats)):
         engine.clear_cache()  # every run starts cold: no prefixes kept from the one before
