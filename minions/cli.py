@@ -118,7 +118,7 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
     else:
         print(
             f"pulled {model.repo}/{model.filename} ({model.quantization}, {model.size / 1e6:.1f} MB, sha256 checked) "
-            f"to {model.path}\nuse it as llamacpp/{model.name}, e.g. minions ask FILE \"question\" --local "
+            f'to {model.path}\nuse it as llamacpp/{model.name}, e.g. minions ask FILE "question" --local '
             f"llamacpp/{model.name}"
         )
     return 0
@@ -316,11 +316,11 @@ def _add_bench_parser(sub: Any) -> None:
     _add_bench_tree_parser(kinds)
     _add_bench_pdf_parser(kinds)
     _add_bench_evidence_parser(kinds)
+    _add_bench_fleet_parser(kinds)
 
     from minions.apps.index_cli import add_cache_bench_parser
 
     add_cache_bench_parser(kinds)
-    _add_bench_fleet_parser(kinds)
 
 
 # -- plumbing --------------------------------------------------------------------------------------------

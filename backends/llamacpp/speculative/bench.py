@@ -121,6 +121,7 @@ def speculative_bench(
     from .depth import load_or_measure_cost_table
 
     c = config or SpecBenchConfig()
+    pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once
     model = c.model or default_local_model()
     engine = Engine(model, EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
                                         learn_drafts=False))  # fmt: skip
@@ -129,7 +130,6 @@ def speculative_bench(
     n_threads = engine.config.threads
     cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
     speculator.cost = cost
-    pdf = find_document(data, c.document)
     chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
     lines = []
     try:
