@@ -17,8 +17,8 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from minions.errors import ConfigError, MinionsError
 from minions.paths import DATA_ENV
@@ -136,13 +136,10 @@ def cmd_bench_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from minions.backends.llamacpp.bench import BenchConfig, engine_bench
     from minions.protocols.bench import production_jobs
 
-    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline")}
-    config = replace(BenchConfig(), **{k: v for k, v in changes.items() if v is not None})
+    config = _given(BenchConfig(), args, ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline"))
     # the jobs production sends; the prompt-order experiment (instruction first) has its own prompt
     make_jobs = production_jobs if config.order == "chunk-first" else None
     print(json.dumps(engine_bench(args.data, config, make_jobs)))
@@ -171,13 +168,10 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-    changes = {k: getattr(args, k) for k in ("model", "document", "chunks", "max_tokens", "n_threads", "k_max")}
+    config = _given(SpecBenchConfig(), args, ("model", "document", "chunks", "max_tokens", "n_threads", "k_max"))
     if args.batches:
-        changes["batches"] = tuple(args.batches)
-    config = replace(SpecBenchConfig(), **{k: v for k, v in changes.items() if v is not None})
-    for line in speculative_bench(args.data, config):
-        print(json.dumps(line), flush=True)
-    return 0
+        config = replace(config, batches=tuple(args.batches))
+    return _print_lines(speculative_bench(args.data, config))
 
 
 def _add_bench_speculative_parser(kinds: Any) -> None:
@@ -201,13 +195,10 @@ def cmd_bench_tree(args: argparse.Namespace) -> int:
 
     from minions.backends.pytorch.bench import TreeBenchConfig, tree_bench
 
-    changes = {k: getattr(args, k) for k in ("document", "chunks", "max_tokens", "repeats", "n_threads")}
-    config = replace(TreeBenchConfig(), **{k: v for k, v in changes.items() if v is not None})
+    config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads"))
     if args.no_llamacpp:
         config = replace(config, llamacpp=False)
-    for line in tree_bench(args.data, config):
-        print(json.dumps(line), flush=True)
-    return 0
+    return _print_lines(tree_bench(args.data, config))
 
 
 def _add_bench_tree_parser(kinds: Any) -> None:
@@ -228,9 +219,7 @@ def _add_bench_tree_parser(kinds: Any) -> None:
 def cmd_bench_pdf(args: argparse.Namespace) -> int:
     from minions.documents.bench import pdf_bench
 
-    for line in pdf_bench(args.files, data=args.data, pypdf_pages=args.pypdf_pages):
-        print(json.dumps(line), flush=True)
-    return 0
+    return _print_lines(pdf_bench(args.files, data=args.data, pypdf_pages=args.pypdf_pages))
 
 
 def _add_bench_pdf_parser(kinds: Any) -> None:
@@ -278,11 +267,8 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
     from minions.protocols.fleet_bench import FleetBenchConfig, fleet_bench
 
-    changes = {k: getattr(args, k) for k in ("document", "jobs", "max_tokens", "pairs", "per_server")}
-    config = FleetBenchConfig(local=args.local, **{k: v for k, v in changes.items() if v is not None})
-    for line in fleet_bench(config):
-        print(json.dumps(line), flush=True)
-    return 0
+    config = _given(FleetBenchConfig(local=args.local), args, ("document", "jobs", "max_tokens", "pairs", "per_server"))
+    return _print_lines(fleet_bench(config))
 
 
 def _add_bench_fleet_parser(kinds: Any) -> None:
@@ -324,6 +310,24 @@ def _add_bench_parser(sub: Any) -> None:
 
 
 # -- plumbing --------------------------------------------------------------------------------------------
+_Config = TypeVar("_Config")
+
+
+def _given(defaults: _Config, args: argparse.Namespace, names: Sequence[str]) -> _Config:
+    """``defaults`` (a dataclass) with the options of ``names`` that were given on the command line."""
+    from dataclasses import replace
+
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    return replace(defaults, **given)  # type: ignore[type-var]
+
+
+def _print_lines(lines: Iterable[Mapping[str, Any]]) -> int:
+    """A benchmark's JSON lines, each printed as it comes."""
+    for line in lines:
+        print(json.dumps(line), flush=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from minions.protocols.factory import PROTOCOLS
 
