@@ -10,6 +10,11 @@ model, one JSON line per item and a summary line with the recall curves (@1, @5,
   model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
   recall stops growing there; below ``ranking``'s where a quote lies on another page than the gold one.
 
+Page recall does not see which sentence of a chunk the local model picked, so the lines also count, over the read
+chunks that hold a figure of the gold answer ("$1577.00" is 1,577 in the filing), how often the quote passed on
+holds it (``picks``: ``figure_chunks``, ``model`` for the quote picked, ``words`` for the chunk's best sentence by
+words alone, what the pick would be without the model).
+
 Timings split ranking (by words), the local model's prefill and decode, and the document's load.
 """
 
@@ -30,6 +35,7 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
 from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
+from minions.protocols.quotes import answer_spans, candidates
 from minions.protocols.ranking import lexical_rank
 from minions.protocols.reading import chunk_evidence
 from minions.protocols.result import Evidence, JobRecord
@@ -99,6 +105,7 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
         shown=_recall(item, result.evidence),
         cited_pages=[list(c.pages) for c in result.citations[:3]],
         read=[_read(j, e) for j, e in zip(result.jobs, result.evidence, strict=False)],
+        picks=_picks(item, result.jobs, {(c.document, c.index): c for c in chunks}),
         answer=result.answer[:300],
         rank_s=round(result.timings.get("rank_s", 0.0), 2),
         prefill_s=round(result.timings.get("local_prefill_s", 0.0), 2),
@@ -107,6 +114,43 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
         error=result.error,
     )
     return line
+
+
+def _figures(text: str) -> set[str]:
+    """The figures of ``text`` as digits ("$1,577.00" and "1577" are both "1577"), years and one-digit ones left
+    out: they are found anywhere."""
+    out = set()
+    for figure in answer_spans(text) if len(text) < 200 else []:
+        digits = "".join(ch for ch in figure if ch.isdigit() or ch == ".").strip(".")
+        digits = digits.rstrip("0").rstrip(".") if "." in digits else digits
+        if len(digits.replace(".", "")) >= 2 and not (len(digits) == 4 and digits[:2] in ("19", "20")):
+            out.add(digits)
+    return out
+
+
+def _quote_figures(text: str) -> set[str]:
+    found = set()
+    for span in answer_spans(text) + [t for t in text.split() if any(c.isdigit() for c in t)]:
+        found |= _figures(span)
+    return found
+
+
+def _picks(item: EvalItem, jobs: Sequence[JobRecord], chunks: Mapping[tuple[str, int], Chunk]) -> dict[str, int]:
+    """Over the read chunks that hold a figure of the gold answer: how many quotes picked hold it, and how many
+    would by words alone."""
+    gold = set().union(*(_figures(g) for g in item.gold)) if item.gold else set()
+    counts = {"figure_chunks": 0, "model": 0, "words": 0}
+    if not gold:
+        return counts
+    for job in jobs:
+        chunk = chunks.get((job.document, job.chunk))
+        if chunk is None or not gold & _quote_figures(chunk.text):
+            continue
+        counts["figure_chunks"] += 1
+        counts["model"] += bool(job.citation and gold & _quote_figures(job.citation))
+        first = candidates(chunk, item.question)[:1]
+        counts["words"] += bool(first and gold & _quote_figures(first[0].text))
+    return counts
 
 
 def _read(job: JobRecord, shown: Evidence) -> dict[str, Any]:
@@ -149,6 +193,9 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     }
     for key in ("pages_bm25", "rag", "ranking", "shown"):
         summary[key] = _curve(lines, key)
+    picks = [line["picks"] for line in lines if "picks" in line]
+    if picks:
+        summary["picks"] = {k: sum(p[k] for p in picks) for k in picks[0]}
     for key in ("wall_s", "rank_s", "prefill_s", "decode_s"):
         values = sorted(line[key] for line in lines if key in line)
         if values:

@@ -121,7 +121,8 @@ class PromptPrefix:
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """One independent prompt of a batch call."""
+    """One independent prompt of a batch call. A last message from the assistant is the start of the reply: the
+    embedded engines (llama.cpp, PyTorch) go on from its text; other servers differ."""
 
     messages: Sequence[Message]
     params: SamplingParams = field(default_factory=SamplingParams)

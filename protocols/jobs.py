@@ -1,10 +1,13 @@
 """Running local jobs: one instruction over one chunk, many at once through the backend's ``batch``.
 
 A job is evidence-first (``protocols.quotes``): the local model picks the sentence of its chunk that answers the
-instruction, and a figure of that sentence as the short answer, from alternatives a JSON schema lays down, so
-the quote is verbatim by construction. Its prompt puts the chunk first (system prompt, then the chunk, then the
-question), so jobs and scores over the same chunk share their prefix in a local engine. A job that fails or
-replies malformed JSON is retried once; after that it is recorded as failed, never fatal.
+instruction, never writes one. Its prompt puts the chunk first, its sentences and table rows a labelled line each
+("[A] ...", "[B] ..."), then the question, so every job over a chunk shares the prefix "system prompt + chunk",
+which a local engine computes once and saves (``PromptPrefix``). Where the backend reports log-probabilities the
+reply starts "The line that answers is" and one token's distribution over the labels scores the chunk's
+candidates; elsewhere a JSON schema allows only the candidates (and a figure of the chosen one as the short
+answer), so the quote is verbatim by construction either way. A job that fails or replies malformed JSON is
+retried once; after that it is recorded as failed, never fatal.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from .channel import priced
 from .context import RunContext
 from .parsing import extract_json, normalize, salvage_fields
 from .prompts import render
-from .quotes import NONE, Span, answer_spans, candidates, quote_schema
+from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote_schema
 from .ranking import fused_order
 from .result import JobRecord
 from .schemas import JobOutput
@@ -36,18 +39,16 @@ __all__ = ["Job", "job_messages", "job_request", "looping", "run_jobs", "scores_
 
 log = logging.getLogger(__name__)
 
-Ask = Literal["quote", "sentence"]
+Ask = Literal["quote", "label"]
 SCORE_TOP_TOKENS = 20
-"""Most likely first tokens a yes/no score reads ("yes", " Yes", "no", ... are among them)."""
+"""Most likely first reply tokens a scored job reads (the labels of the lines it is likely to name)."""
 SENTENCE_MODEL_WEIGHT = 0.5
 """The model's weight against the words' in choosing a chunk's sentence: words lead (the question's terms are in
-the sentence that answers it), the model re-orders close calls (on the Minions paper's example its yes/no alone
-picked "QASPER assesses question answering..." over "We evaluate MinionS on three benchmarks: FinanceBench,
-LongHealth, and QASPER")."""
+the sentence that answers it), the model re-orders close calls."""
 REPEATED_WORDS = 15
 """Words of one stretch repeated at the end of a reply that mark it as looping (``minions.loops``)."""
 SENTENCES_SCORED = 4
-"""Candidate sentences of a chunk (the best by words) the local model scores, when it reports log-probabilities."""
+"""Candidate sentences of a chunk (the best by words) whose labels' log-probabilities the pick weighs."""
 
 
 @dataclass(frozen=True)
@@ -69,22 +70,20 @@ class Job:
         return self.chunk.label + (f" (sample {self.sample + 1})" if self.sample else "")
 
 
-def job_messages(instruction: str, chunk: Chunk, ask: Ask = "quote", sentence: str = "") -> list[Message]:
-    """The prompt of a job over ``chunk``: the chunk first, then the question and what to reply (``quote``: the
-    sentence that answers; ``sentence``: whether ``sentence`` answers)."""
-    return list(job_request(instruction, chunk, SamplingParams(), ask, sentence).messages)
+def job_messages(instruction: str, chunk: Chunk, ask: Ask = "quote") -> list[Message]:
+    """The prompt of a job over ``chunk``: the chunk first (its sentences a line each, labelled), then the question
+    and what to reply (``quote``: the sentence that answers, as JSON; ``label``: the letter of its line)."""
+    return list(job_request(instruction, chunk, SamplingParams(), ask).messages)
 
 
-def job_request(
-    instruction: str, chunk: Chunk, params: SamplingParams, ask: Ask = "quote", sentence: str = ""
-) -> ChatRequest:
+def job_request(instruction: str, chunk: Chunk, params: SamplingParams, ask: Ask = "quote") -> ChatRequest:
     """A job's request, its chunk marked as the prefix that every job over the chunk shares (``PromptPrefix``):
     a local engine keeps the state of "system prompt + chunk" and computes only the question after it."""
-    excerpt = render("job_excerpt", label=chunk.label, text=chunk.text)
-    trailing = chunk.text[len(chunk.text.rstrip()) :]  # kept in the prompt, left out of the prefix (it would
-    # tokenize with the line breaks after it)
-    question = render("job", instruction=instruction, ask=ask, sentence=sentence)
-    messages = [Message("system", render("job_system")), Message("user", f"{excerpt}{trailing}\n\n{question}")]
+    excerpt = render("job_excerpt", label=chunk.label, lines=[(tag, s.text) for tag, s in labeled(chunk.text)])
+    question = render("job", instruction=instruction, ask=ask)
+    messages = [Message("system", render("job_system")), Message("user", f"{excerpt}\n\n{question}")]
+    if ask == "label":  # the reply starts where the label comes next
+        messages.append(Message("assistant", render("job_label_reply")))
     return ChatRequest(messages, params, prefix=PromptPrefix(1, len(excerpt)))
 
 
@@ -191,9 +190,9 @@ def _record(
 
 
 def _model_score(result: ChatResult) -> float | None:
-    """How strongly the local model said the chunk answers: its best sentence's yes/no log-odds (scored jobs)."""
-    odds = result.stats.get("sentence_odds")
-    return max(odds) if odds else None
+    """How sure the local model was of its choice: the log-probability of the best candidate's label (scored jobs)."""
+    scores = result.stats.get("sentence_logprobs")
+    return max(scores) if scores else None
 
 
 Outcome = tuple[ChatResult, JobOutput | None, BaseException | None]
@@ -217,54 +216,50 @@ def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Out
     return [outcomes[i] for i in range(len(results))]
 
 
-def _scored(job: Job, results: Sequence[ChatResult]) -> Outcome:
-    """A job whose candidate sentences the model scored (``results``: one per sentence, best by words first): the
-    quote is the sentence ranked best by its yes/no log-odds fused with its rank by words."""
-    usage = sum((r.usage for r in results), Usage())
-    failed = next((r for r in results if not r.ok), None)
-    odds = [_yes_odds(r) for r in results]
-    if failed is not None or any(o is None for o in odds):
-        model = results[0].model if results else ""
-        error = failure(failed) if failed is not None else BackendError("the backend reported no log-probabilities")
-        return error_result(model, error), None, error
-    sentence_odds = [o for o in odds if o is not None]
-    best = fused_order(sentence_odds, weight=SENTENCE_MODEL_WEIGHT)[0][0] if sentence_odds else None
-    quote = job.options[best].text if best is not None else None
-    reply = {"quote": quote or NONE, "sentence_odds": sentence_odds}
-    seconds = sum(r.timings.total_s for r in results)
-    result = ChatResult(json.dumps(reply), usage, "stop", Timings(total_s=seconds), results[0].model, stats=reply)
-    return result, JobOutput(answer=quote, citation=quote), None
+def _scored(job: Job, result: ChatResult) -> Outcome:
+    """A job whose candidate sentences the model scored by the log-probability of their labels (``result``: one
+    reply token, with its top log-probabilities): the quote is the candidate ranked best by that fused with its
+    rank by words."""
+    label_of = {(s.start, s.end): tag for tag, s in labeled(job.chunk.text)}
+    read = _label_logprobs(result)
+    if read is None:
+        error = failure(result) if not result.ok else BackendError("the backend reported no log-probabilities")
+        return error_result(result.model, error), None, error
+    logprobs, floor = read
+    options = job.options[:SENTENCES_SCORED]
+    scores = [logprobs.get(label_of.get((s.start, s.end), ""), floor) for s in options]
+    best = fused_order(scores, weight=SENTENCE_MODEL_WEIGHT)[0][0] if scores else None
+    quote = options[best].text if best is not None else None
+    reply = {"quote": quote or NONE, "sentence_logprobs": scores}
+    scored = ChatResult(json.dumps(reply), result.usage, "stop", result.timings, result.model, stats=reply)
+    return scored, JobOutput(answer=quote, citation=quote), None
 
 
 def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:
-    """Evidence by scoring (a backend that reports log-probabilities): the local model reads each job's chunk and
-    question, then each of its best ``SENTENCES_SCORED`` candidate sentences, and says whether it answers. A job's
-    prompts share the chunk-first prefix, so the chunk is computed once; a choice by scores is not led astray by
-    the first tokens of a sentence, as a choice decoded token by token is."""
+    """Evidence by scoring (a backend that reports log-probabilities): the local model reads each job's chunk,
+    its sentences a labelled line each, then the question, and names the line that answers; one reply token,
+    whose distribution over the labels scores every candidate at once. The chunk is the prompt's prefix (saved
+    and restored by a local engine), so a question computes only itself: some 40 tokens a chunk. A choice by
+    scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
     params = SamplingParams(max_tokens=1, logprobs=SCORE_TOP_TOKENS)
-    plan = [(i, s.text) for i, j in enumerate(jobs) for s in j.options[:SENTENCES_SCORED]]
-    requests = [job_request(jobs[i].instruction, jobs[i].chunk, params, "sentence", text) for i, text in plan]
-    results_of: dict[int, dict[int, ChatResult]] = {i: {} for i in range(len(jobs))}
-    wanted = {i: min(len(j.options), SENTENCES_SCORED) for i, j in enumerate(jobs)}
+    requests = [job_request(j.instruction, j.chunk, params, "label") for j in jobs]
     outcomes: dict[int, Outcome] = {}
 
-    def on_result(k: int, result: ChatResult) -> None:
-        i = plan[k][0]
-        results_of[i][k] = result
-        if len(results_of[i]) == wanted[i]:
-            outcomes[i] = _scored(jobs[i], [results_of[i][key] for key in sorted(results_of[i])])
-            _announce(ctx, jobs[i], outcomes[i], attempt)
+    def on_result(i: int, result: ChatResult) -> None:
+        outcomes[i] = _scored(jobs[i], result) if jobs[i].options else _nothing(ctx)
+        _announce(ctx, jobs[i], outcomes[i], attempt)
 
     results = _call(ctx, requests, on_result)
-    for k, r in enumerate(results):
+    for i, r in enumerate(results):
         ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
-        if k not in results_of[plan[k][0]]:  # a backend that failed as a whole never reported one by one
-            on_result(k, r)
-    for i, job in enumerate(jobs):
-        if i not in outcomes:  # a chunk with no sentence to offer found nothing
-            outcomes[i] = (ChatResult("", Usage(), "stop", Timings(), ctx.local.name), JobOutput(), None)
-            _announce(ctx, job, outcomes[i], attempt)
-    return [outcomes[i] for i in range(len(jobs))]
+        if i not in outcomes:  # a backend that failed as a whole never reported its jobs one by one
+            on_result(i, r)
+    return [outcomes[i] for i in range(len(results))]
+
+
+def _nothing(ctx: RunContext) -> Outcome:
+    """A chunk with no sentence to offer: it found nothing."""
+    return ChatResult("", Usage(), "stop", Timings(), ctx.local.name), JobOutput(), None
 
 
 def _announce(ctx: RunContext, job: Job, outcome: Outcome, attempt: int) -> None:
@@ -310,14 +305,16 @@ def run_jobs(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
     return records
 
 
-def _yes_odds(result: ChatResult) -> float | None:
-    """log P(yes) - log P(no) at the reply's first token (spellings " Yes", "yes", ... pooled by their best), or
-    None when the backend reported no log-probabilities. A word outside the reported top counts as just below it."""
+def _label_logprobs(result: ChatResult) -> tuple[dict[str, float], float] | None:
+    """The log-probability of each label (``quotes.LABELS``) among the reply's first-token top log-probabilities
+    (spellings " B", "B", "[B" pooled by their best), and what a label outside them counts (just below the least
+    likely reported); None when the backend reported none."""
     steps = result.stats.get("logprobs") if result.ok else None
     if not steps or not steps[0]:
         return None
-    top = [(str(text).strip().lower(), float(lp)) for text, lp in steps[0]]
-    floor = min(lp for _, lp in top) - 1.0
-    yes = max((lp for t, lp in top if t == "yes"), default=floor)
-    no = max((lp for t, lp in top if t == "no"), default=floor)
-    return yes - no
+    found: dict[str, float] = {}
+    for text, lp in steps[0]:
+        tag = str(text).strip().lstrip("[(").rstrip("]).:")
+        if len(tag) == 1 and tag in LABELS:
+            found[tag] = max(float(lp), found.get(tag, float("-inf")))
+    return found, min(float(lp) for _, lp in steps[0]) - 1.0

@@ -58,8 +58,9 @@ class RunOptions:
     read_chunks: int = 10
     """Local reading (``local``): chunks the local model reads per question, the best by words."""
     score_sentences: bool = True
-    """Local reading: the local model says yes or no to each read chunk's best sentences (backends that report
-    log-probabilities); off, it picks one through a JSON schema whose alternatives are the sentences."""
+    """Local reading: the local model names the line of each read chunk that answers, and its labels'
+    log-probabilities score the chunk's best sentences (backends that report log-probabilities); off, it picks
+    one through a JSON schema whose alternatives are the sentences."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""

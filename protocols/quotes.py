@@ -23,7 +23,7 @@ from minions.chunking import Chunk
 from .ranking import word_order
 from .retrieval import figure_share
 
-__all__ = ["NONE", "Span", "answer_spans", "candidates", "quote_schema", "spans"]
+__all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
 
 NONE = "none"
 """What a job replies when no candidate answers."""
@@ -36,6 +36,9 @@ MIN_SPAN_CHARS = 40
 FIGURE_LINE = 0.6
 """A line at least this share of whose tokens are figures is the values of the line before it."""
 MAX_ANSWERS = 6
+LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+"""The labels of a chunk's spans in a job's excerpt, in document order: one token each, so a model's choice of a
+sentence is its first reply token (spans past the last label are shown without one)."""
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
 _ABBREVIATION = re.compile(
@@ -127,6 +130,11 @@ def spans(text: str) -> list[Span]:
         merged.append((start, end))
         lead = _leads(text[start:end])
     return [Span(s, e, _collapse(text[s:e])) for start, end in merged for s, e in _cut(start, end, text)]
+
+
+def labeled(text: str) -> list[tuple[str, Span]]:
+    """``text``'s spans with their labels (``LABELS``, then "" for spans past the last label)."""
+    return [(LABELS[i] if i < len(LABELS) else "", s) for i, s in enumerate(spans(text))]
 
 
 def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:

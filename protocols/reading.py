@@ -2,13 +2,13 @@
 
     rank      BM25 over the question, with the figure prior (``protocols.ranking.lexical_rank``)
     read      evidence-first jobs (``protocols.jobs``) over the best ``read_chunks``: each picks the sentence of
-              its chunk that answers (scored yes/no by the local model where it reports log-probabilities, else
-              chosen through a schema)
+              its chunk that answers (named by its line's label where the local model reports
+              log-probabilities, else chosen through a schema)
     evidence  what is passed on, in rank order: each chunk's quote (or the chunk, where a job found nothing)
 
-The chunks keep their order by words: on FinanceBench, re-ordering them by the local model's yes/no scores made
-recall at 1 and 5 worse (0.19 to 0.07 and 0.41 to 0.33 on 29 questions, ``minions bench evidence``), so the model
-picks sentences within a chunk and leaves the ranking alone.
+The chunks keep their order by words: on FinanceBench, re-ordering them by the local model's scores (yes/no, as
+jobs then scored sentences) made recall at 1 and 5 worse (0.19 to 0.07 and 0.41 to 0.33 on 29 questions,
+``minions bench evidence``), so the model picks sentences within a chunk and leaves the ranking alone.
 
 ``RunContext.reading`` counts it: how many chunks there were, how many the model read and passed on, how many
 it skipped and why, and the head of the ranking.
@@ -60,7 +60,7 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
 
 
 def _count(ctx: RunContext, chunks: int, read: int, ranked: Sequence[Ranked], *, scored: bool) -> None:
-    how = "scored yes/no by the local model" if scored else "chosen by the local model through a schema"
+    how = "named by the local model (its line's label)" if scored else "chosen by the local model through a schema"
     ctx.reading.update(
         chunks=ctx.reading.get("chunks", 0) + chunks,
         read=ctx.reading.get("read", 0) + read,

@@ -123,7 +123,8 @@ class LlamaModel:
     # -- chat template -----------------------------------------------------------------------------------
     def render_chat(self, messages: Sequence[Message]) -> str:
         """The prompt text of ``messages`` under the model's own chat template (GGUF ``tokenizer.chat_template``),
-        rendered by the same Jinja formatter ``Llama.create_chat_completion`` uses, so both see the same tokens."""
+        rendered by the same Jinja formatter ``Llama.create_chat_completion`` uses, so both see the same tokens. A last
+        message from the assistant is the start of the reply: the reply goes on from its text."""
         if self._formatter is None:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
@@ -134,7 +135,9 @@ class LlamaModel:
             self._formatter = Jinja2ChatFormatter(
                 template=template, eos_token=self.token_text(eos), bos_token=self.token_text(bos)
             )
-        return str(self._formatter(messages=[m.to_dict() for m in messages]).prompt)
+        start = messages[-1].content if messages and messages[-1].role == "assistant" else None
+        head = messages[:-1] if start is not None else messages
+        return str(self._formatter(messages=[m.to_dict() for m in head]).prompt) + (start or "")
 
     def chat_tokens(self, messages: Sequence[Message]) -> list[int]:
         # The template writes any BOS itself (Jinja2ChatFormatter says ``added_special``), so none is added here.

@@ -655,12 +655,13 @@ class Scheduler:
 
 
 def top_logprobs(model: LlamaModel, logits: npt.NDArray[np.float32], n: int) -> list[tuple[str, float]]:
-    """The ``n`` most likely tokens under ``logits`` (before any grammar or temperature), as (text, log p)."""
+    """The ``n`` most likely tokens under ``logits`` (before any grammar or temperature), as (text as it would
+    appear in the reply, log p)."""
     top = np.argpartition(logits, -n)[-n:]
     top = top[np.argsort(-logits[top])]
     peak = float(logits.max())
     log_total = peak + float(np.log(np.exp(logits.astype(np.float64) - peak).sum()))
-    return [(model.token_text(int(t)), float(logits[t]) - log_total) for t in top]
+    return [(model.piece(int(t)).decode("utf-8", errors="replace"), float(logits[t]) - log_total) for t in top]
 
 
 def _seq_of(job: Job) -> int:

@@ -161,7 +161,12 @@ class TransformersBackend(BaseBackend):
         tokenizer = self.tokenizer
         if not tokenizer.chat_template:
             raise ModelNotFoundError(f"{self.source} has no chat template: use an instruction-tuned model.")
-        encoded = tokenizer.apply_chat_template([m.to_dict() for m in messages], add_generation_prompt=True)
+        reply_started = bool(messages) and messages[-1].role == "assistant"  # the reply goes on from its text
+        encoded = tokenizer.apply_chat_template(
+            [m.to_dict() for m in messages],
+            add_generation_prompt=not reply_started,
+            continue_final_message=reply_started,
+        )
         ids = encoded["input_ids"] if not isinstance(encoded, list) else encoded
         return [int(i) for i in ids]
 

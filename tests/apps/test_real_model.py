@@ -1,7 +1,7 @@
 """The app on the real local model (llama.cpp with the shipped SmolLM2), through its HTTP API.
 
-With no remote model the default protocol is ``local``: the local model reads the chunk of a short note, scores
-its sentences yes or no, and answers with the one that holds the fact. The other protocols are tested on scripted
+With no remote model the default protocol is ``local``: the local model reads the chunk of a short note, names
+the line that answers, and answers with the one that holds the fact. The other protocols are tested on scripted
 models and in their own suites.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
@@ -83,20 +84,21 @@ def test_local_only_refuses_a_quote_that_is_not_in_the_chunk(doc):
 
 
 class Scorer(ScriptedBackend):
-    """A local model that reports log-probabilities: it says yes to the sentences (and the chunks) that hold
-    ``needle`` and no to the rest, as the first-token distribution of a one-token reply."""
+    """A local model that reports log-probabilities: asked which line of its excerpt answers, it names the line that
+    holds ``needle`` (its label's log-probability high, the other labels' low), as the first-token distribution of
+    a one-token reply after the reply's start."""
 
     def __init__(self, needle: str) -> None:
         super().__init__("scripted/scorer", capabilities=Capabilities(logprobs=True, batching=True, local=True))
         self.needle = needle
 
     def _chat(self, messages, params):
-        prompt = messages[-1].content
-        asked = prompt.split("Sentence:", 1)[1] if "Sentence:" in prompt else prompt
-        yes = self.needle in asked
         self.history.append(ScriptedCall(messages, params))
         assert params.max_tokens == 1 and params.logprobs > 0
-        top = [[" yes", -0.1], [" no", -2.5]] if yes else [[" no", -0.1], [" Yes", -2.5]]
+        assert messages[-1].role == "assistant"  # the start of the reply, which the label follows
+        lines = re.findall(r"^\[([A-Z])\] (.*)$", messages[1].content, re.MULTILINE)
+        top = [[" line", -0.5]] + [[f" {tag}", -0.2 if self.needle in text else -4.0] for tag, text in lines]
+        top = sorted(top, key=lambda pair: -pair[1])[:20]
         return ChatResult(top[0][0], Usage(prompt_tokens=10, completion_tokens=1, calls=1), "stop", Timings(),
                           self.name, stats={"logprobs": [top]})  # fmt: skip
 
@@ -106,15 +108,15 @@ def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(
     result = LocalOnly(scorer, chunk_size=600, read_chunks=3).run("What was revenue in fiscal 2023?", [doc])
 
     assert result.complete and result.citations[0].text == FACT and FACT in result.answer
-    assert result.reading["read"] == 3 and len(result.evidence) == 3 and "scored yes/no" in result.reading["why"]
+    assert result.reading["read"] == 3 and len(result.evidence) == 3 and "label" in result.reading["why"]
     assert result.evidence[0].text == FACT and result.evidence[0].kind == "quote"
-    # every read chunk's best sentences were scored, one prompt each after the chunk and the question
-    prompts = [c.messages[-1].content for c in scorer.history]
-    assert all(p.startswith("Excerpt (report.txt") and "\nSentence: " in p for p in prompts)
-    assert 3 < len(prompts) <= 3 * 4
+    # one prompt per read chunk: its lines labelled, then the question, then the start of the reply
+    prompts = [c.messages[1].content for c in scorer.history]
+    assert len(prompts) == 3 and all(p.startswith("Excerpt (report.txt") and "\n[A] " in p for p in prompts)
+    assert all(p.endswith("Which line answers the question?") for p in prompts)
     fact_job = next(j for j in result.jobs if j.citation == FACT)
-    assert fact_job.score is not None and fact_job.score > 0
-    assert all(j.score is not None and j.score < 0 for j in result.jobs if j is not fact_job)
+    assert fact_job.score == -0.2
+    assert all(j.score is not None and j.score <= -4.0 for j in result.jobs if j is not fact_job)
 
 
 def test_a_question_with_pasted_context_works_locally_and_in_the_minions_fallback(local, doc):

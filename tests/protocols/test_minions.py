@@ -308,17 +308,21 @@ def test_cancellation_reaches_inside_a_batch_and_nothing_is_retried(local, remot
 
 def test_jobs_and_scores_over_one_chunk_share_their_prompt_prefix():
     from minions.chunking import Chunk
-    from minions.protocols.jobs import job_messages
+    from minions.protocols.jobs import job_messages, job_request
+    from minions.types import SamplingParams
 
     chunk = Chunk("d.txt", 0, "Revenue was $4.2 billion. " * 40, 0, 1040)
     quote = job_messages("What was revenue?", chunk)
-    score = job_messages("What was revenue?", chunk, ask="yes_no")
+    score = job_messages("What was revenue?", chunk, ask="label")
     other = job_messages("What was the margin?", chunk)
     assert quote[0] == score[0] == other[0]  # one system prompt
     shared = quote[1].content[: quote[1].content.index("Question:")]
-    assert shared.startswith("Excerpt (d.txt") and chunk.text in shared
+    assert shared.startswith("Excerpt (d.txt") and "\n[A] Revenue was $4.2 billion.\n[B] Revenue" in shared
     assert score[1].content.startswith(shared) and other[1].content.startswith(shared)
     assert quote[1].content != score[1].content
+    assert score[-1].role == "assistant" and len(quote) == 2  # a scored job's reply starts before the label
+    request = job_request("What was revenue?", chunk, SamplingParams())
+    assert request.prefix is not None and quote[1].content[: request.prefix.chars] == shared.rstrip()
 
 
 def test_too_many_jobs_fall_back_to_retrieval_with_a_notice(local, remote, doc):

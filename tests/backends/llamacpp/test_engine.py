@@ -250,6 +250,16 @@ def test_logprobs_report_the_distribution_the_reply_was_sampled_from(engine: Eng
     assert plain.text == result.text and "logprobs" not in plain.stats
 
 
+def test_a_last_assistant_message_is_the_start_of_the_reply(engine: Engine):
+    question = Message("user", "Which city is the capital of France?")
+    started = [question, Message("assistant", "The capital of France is")]
+    prompt = engine.model.render_chat(started)
+    assert prompt == engine.model.render_chat([question]) + "The capital of France is"  # not closed, no new turn
+    result = engine.run([ChatRequest(started, SamplingParams(max_tokens=4, logprobs=5))])[0]
+    assert result.text.strip().startswith("Paris")
+    assert result.stats["logprobs"][0][0][0] == " Paris"  # the reply's text, its space included
+
+
 def test_a_reply_that_loops_is_cut_and_marked(engine: Engine):
     request = ChatRequest([Message("user", "Write the number 7 one hundred times: 7 7 7 7 7 7 7 7 7 7")],
                           SamplingParams(max_tokens=200))  # fmt: skip

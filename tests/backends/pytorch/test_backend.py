@@ -57,6 +57,15 @@ def test_smollm2_answers_a_short_question(smollm2: TransformersBackend) -> None:
 
 
 @pytest.mark.slow
+def test_a_last_assistant_message_is_the_start_of_the_reply(smollm2: TransformersBackend) -> None:
+    question = Message("user", "Which city is the capital of France?")
+    started = smollm2.prompt_ids([question, Message("assistant", "The capital of France is")])
+    alone = smollm2.prompt_ids([question])
+    assert started[: len(alone)] == alone
+    assert smollm2.tokenizer.decode(started[len(alone) :]).strip() == "The capital of France is"
+
+
+@pytest.mark.slow
 def test_smollm2_replies_in_the_schema_and_trees_change_nothing(smollm2: TransformersBackend) -> None:
     messages = [Message("user", "Paris is the capital of France. Reply with the city and its country as JSON.")]
     params = SamplingParams(max_tokens=40, json_schema=SCHEMA, logprobs=2)
