@@ -106,8 +106,11 @@ class CostCurve:
 def rollback_tokens(a: float, k: int) -> float:
     """Recurrent memory: tokens a draft of ``k`` makes the next call compute again, on average: ``1 + m`` when
     ``m < k`` are accepted (the pending token and the accepted ones), which happens with probability
-    ``a^m (1 - a)``."""
-    return sum(a**m * (1.0 - a) * (1 + m) for m in range(k))
+    ``a^m (1 - a)``. In closed form: ``sum_{m<k} a^m (1 - a) (1 + m) = 1 - a^k + a (1 - k a^(k-1) + (k-1) a^k)
+    / (1 - a)``."""
+    if k <= 0 or a >= 1.0:
+        return 0.0
+    return 1.0 - a**k + a * (1.0 - k * a ** (k - 1) + (k - 1) * a**k) / (1.0 - a)
 
 
 def choose_depths(
@@ -124,35 +127,39 @@ def choose_depths(
     Coordinate ascent from plain decoding (all 0): each round sets the one sequence's length whose change raises
     the ratio most (any length, not just one more token: the measured curve has steps, where one more token
     does not pay but three do); it stops when no change raises it. Plain decoding is the start, so the result
-    is never worse than plain decoding under the model."""
+    is never worse than plain decoding under the model. It runs at every decode step, so what each length
+    gives (tokens, call tokens, rollback seconds) is worked out once per sequence, not in every round."""
+    # per sequence and length kk: expected tokens emitted, tokens the call holds (1 + kk + expected redone),
+    # seconds of expected rollback
+    gains = []
+    for a, cap in zip(acceptance, caps, strict=True):
+        rows = []
+        for kk in range(cap + 1):
+            redo, secs = (
+                (0.0, 0.0) if rollback_s is None or kk == 0 else (rollback_tokens(a, kk), rollback_s * (1.0 - a**kk))
+            )
+            rows.append((expected_tokens(a, kk), 1.0 + kk + redo, secs))
+        gains.append(rows)
     k = [0] * len(acceptance)
     tokens = float(len(acceptance))  # sum E(a_i, 0): one token per sequence
     n = float(len(acceptance))  # tokens in the call (and, on recurrent memory, the expected ones redone)
     extra = 0.0  # seconds of expected rollbacks
-
-    def added(a: float, kk: int) -> tuple[float, float]:  # a draft of kk: (tokens redone, seconds of rollback)
-        if rollback_s is None or kk == 0:
-            return 0.0, 0.0
-        return rollback_tokens(a, kk), rollback_s * (1.0 - a**kk)
-
     best = tokens / cost(n) if n else 0.0
     while True:
         pick, pick_k, pick_rate = -1, 0, best * (1 + 1e-9)
-        for i, a in enumerate(acceptance):
-            redo, secs = added(a, k[i])
-            base_tokens, base_n, base_extra = tokens - expected_tokens(a, k[i]), n - k[i] - redo, extra - secs
-            for kk in range(caps[i] + 1):
-                redo, secs = added(a, kk)
-                rate = (base_tokens + expected_tokens(a, kk)) / (cost(base_n + kk + redo) + base_extra + secs)
+        for i, rows in enumerate(gains):
+            e0, n0, s0 = rows[k[i]]
+            base_tokens, base_n, base_extra = tokens - e0, n - n0, extra - s0
+            for kk, (e, nn, secs) in enumerate(rows):
+                rate = (base_tokens + e) / (cost(base_n + nn) + base_extra + secs)
                 if rate > pick_rate:
                     pick, pick_k, pick_rate = i, kk, rate
         if pick < 0:
             return k
-        a = acceptance[pick]
-        (old_redo, old_secs), (new_redo, new_secs) = added(a, k[pick]), added(a, pick_k)
-        tokens += expected_tokens(a, pick_k) - expected_tokens(a, k[pick])
-        n += pick_k - k[pick] + new_redo - old_redo
-        extra += new_secs - old_secs
+        (e0, n0, s0), (e1, n1, s1) = gains[pick][k[pick]], gains[pick][pick_k]
+        tokens += e1 - e0
+        n += n1 - n0
+        extra += s1 - s0
         k[pick], best = pick_k, pick_rate
 
 
