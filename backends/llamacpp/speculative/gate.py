@@ -9,8 +9,10 @@ So the engine also measures what it gets, step by step, in units that do not dep
 
 - a step over ``s`` sequences that emitted ``e`` tokens in ``t`` seconds did ``w = e / s`` plain steps' work
   (a plain step emits one token per sequence) in ``u = t / T_s(s)`` table-plain-steps' time;
-- plain steps give the plain pace ``u_plain`` (EMA of ``u``); speculative steps give ``W`` and ``U`` (EMAs of
-  ``w`` and ``u``); the measured gain is ``(W / U) / (1 / u_plain) = W u_plain / U``.
+- plain steps give the plain pace ``u_plain``; each speculative step gives its rate ``w / u``; the measured gain
+  is ``rate x u_plain``, both medians over the latest steps (``window``): one step slowed by something that is
+  not speculation's cost per step (the first draft of a job indexes its prompt; a thread of the call was
+  descheduled by another process) moves a median by little, where it moved a mean enough to call a loss.
 
 While speculating, one step in ``probe_every`` is plain, to keep ``u_plain`` current. When the gain of at least
 ``min_steps`` speculative steps is under 1, the engine decodes plainly (no drafting at all) for ``backoff``
@@ -20,7 +22,9 @@ So speculation that loses costs a few steps in every ``backoff``, not the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 __all__ = ["SpeedGate"]
@@ -31,19 +35,16 @@ class SpeedGate:
     """Speculative vs plain steps, measured; ``speculate()`` says what the next step does, ``observe`` what
     it took."""
 
-    alpha: float = 0.2
     probe_every: int = 16
     min_steps: int = 4
     backoff_steps: int = 32
     max_backoff: int = 512
-    plain_pace: float | None = None
-    """EMA of a plain step's seconds over the table's plain step (``u_plain``); None until one is seen."""
-    work: float = 0.0
-    """EMA of the speculative steps' ``w``, since speculation last (re)started."""
-    pace: float = 0.0
-    """EMA of the speculative steps' ``u``, since speculation last (re)started."""
-    trial: int = 0
-    """Speculative steps measured since speculation last (re)started."""
+    window: int = 16
+    """Latest plain paces and speculative rates whose medians are compared."""
+    plain: deque[float] = field(default_factory=deque)
+    """Paces of the latest plain steps: seconds over the table's plain step (``u``)."""
+    rates: deque[float] = field(default_factory=deque)
+    """Rates of the speculative steps since speculation last (re)started: ``w / u``."""
     backoff: int = 0
     """Plain steps still to go before speculation is tried again."""
     next_backoff: int = 0
@@ -59,8 +60,8 @@ class SpeedGate:
         if self.backoff > 0:
             self.backoff -= 1
             if self.backoff == 0:
-                self.trial, self.work, self.pace = 0, 0.0, 0.0  # a fresh trial
-        elif (self.plain_pace is None and self.step == 2) or self.step % self.probe_every == 0:
+                self.rates.clear()  # a fresh trial
+        elif (not self.plain and self.step == 2) or self.step % self.probe_every == 0:
             pass
         else:
             return True
@@ -70,18 +71,14 @@ class SpeedGate:
     def observe(self, drafted: bool, work: float, pace: float) -> None:
         """A step did ``work`` plain steps' work (emitted tokens / sequences) in ``pace`` plain steps' time
         (seconds / the table's plain step for its sequences); ``drafted``: it was a speculative step."""
-        if not drafted:
-            old = self.plain_pace
-            self.plain_pace = pace if old is None else old + self.alpha * (pace - old)
+        if pace <= 0.0:
             return
-        if self.trial == 0:
-            self.work, self.pace = work, pace
-        else:
-            self.work += self.alpha * (work - self.work)
-            self.pace += self.alpha * (pace - self.pace)
-        self.trial += 1
+        if not drafted:
+            _push(self.plain, pace, self.window)
+            return
+        _push(self.rates, work / pace, self.window)
         gain = self.gain
-        if gain is None or self.trial < self.min_steps:
+        if gain is None or len(self.rates) < self.min_steps:
             return
         if gain < 1.0:  # speculation loses here and now: plain decoding for a while, longer each time in a row
             self.next_backoff = min(self.max_backoff, max(self.backoff_steps, 2 * self.next_backoff))
@@ -93,11 +90,17 @@ class SpeedGate:
     @property
     def gain(self) -> float | None:
         """Measured tokens per second of speculative steps over plain ones (None until both are seen)."""
-        if self.plain_pace is None or self.trial == 0 or self.pace <= 0.0:
+        if not self.plain or not self.rates:
             return None
-        return self.work * self.plain_pace / self.pace
+        return median(self.rates) * median(self.plain)
 
     def to_dict(self) -> dict[str, Any]:
         gain = self.gain
         return {"gain": None if gain is None else round(gain, 3), "gated_plain_steps": self.plain_steps,
                 "losses": self.losses}  # fmt: skip
+
+
+def _push(values: deque[float], value: float, window: int) -> None:
+    values.append(value)
+    if len(values) > window:
+        values.popleft()

@@ -91,3 +91,14 @@ def test_a_fixed_depth_always_drafts_and_no_table_no_judgement() -> None:
     adaptive.cost = TABLE
     adaptive.reset()
     assert adaptive.gate.step == 0
+
+
+def test_one_slow_step_does_not_make_a_winning_speculation_lose() -> None:
+    """A job's first draft indexes its prompt, and a loaded machine deschedules a thread now and then: one step in
+    a trial taking three times as long must not turn a measured win into a back-off."""
+    gate = SpeedGate()
+    for _ in range(8):
+        gate.observe(False, 1.0, 1.0)
+    for pace in (3.0, 1.2, 1.2, 1.2, 1.2):  # 1.5 tokens a step in 1.2 plain steps' time: a 1.25x win
+        gate.observe(True, 1.5, pace)
+    assert gate.losses == 0 and gate.gain == pytest.approx(1.25)
