@@ -168,7 +168,8 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-    config = _given(SpecBenchConfig(), args, ("model", "document", "chunks", "max_tokens", "n_threads", "k_max"))
+    names = ("model", "document", "chunks", "max_tokens", "n_threads", "k_max", "repeats", "background_load")
+    config = _given(SpecBenchConfig(), args, names)
     if args.batches:
         config = replace(config, batches=tuple(args.batches))
     return _print_lines(speculative_bench(args.data, config))
@@ -187,6 +188,10 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec.add_argument("--batches", type=int, nargs="+", help=f"batch sizes (default {' '.join(map(str, d.batches))})")
     spec.add_argument("--n-threads", type=int, help="CPU threads (default: all cores)")
     spec.add_argument("--k-max", type=int, help=f"longest draft (default {d.k_max})")
+    spec.add_argument("--repeats", type=int, help=f"plain/speculative pairs per setting (default {d.repeats})")
+    spec.add_argument(
+        "--background-load", type=int, help="busy processes, one core each, kept running while it measures (default 0)"
+    )
     spec.set_defaults(func=cmd_bench_speculative)
 
 

@@ -21,6 +21,8 @@ run starts with no cached prompts. One JSON line per setting:
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,7 +57,11 @@ class SpecBenchConfig:
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = 8
     repeats: int = 3
-    """Plain and speculative runs per setting, in turn; the line reports the median pair (by speedup)."""
+    """Plain and speculative runs per setting, in turn (plain first, then speculative first, and so on: a load
+    that rises or falls through the pairs favours neither side); the line reports the median pair (by speedup)."""
+    background_load: int = 0
+    """Busy processes (each spinning one core) kept running through the measurement: a loaded machine made on
+    purpose, so that "on a loaded machine" is something to measure again, not a load that happened to be there."""
     tie_eps: float = 1.0
     """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
     kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
@@ -132,6 +138,7 @@ def speculative_bench(
     speculator.cost = cost
     chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
     lines = []
+    spinners = [_spin() for _ in range(c.background_load)]
     try:
         for setting in c.settings:
             jobs = _jobs(setting, chunks, c)
@@ -139,13 +146,15 @@ def speculative_bench(
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
                 runs = []
-                for _ in range(max(1, c.repeats)):  # plain and speculative in turn: a load burst hits both
-                    engine.clear_cache()
-                    plain = engine.run(jobs, speculate=False, max_active=batch, trace_tokens=True)
-                    engine.clear_cache()
-                    speculator.reset()
-                    spec = engine.run(jobs, speculate=True, max_active=batch, trace_tokens=True)
-                    gate = speculator.gate.to_dict() if speculator.gate is not None else {}
+                for r in range(max(1, c.repeats)):  # plain and speculative in turn: a load burst hits both
+                    done: dict[bool, list[ChatResult]] = {}
+                    for speculate in (False, True) if r % 2 == 0 else (True, False):
+                        engine.clear_cache()
+                        speculator.reset()
+                        done[speculate] = engine.run(jobs, speculate=speculate, max_active=batch, trace_tokens=True)
+                        if speculate:
+                            gate = speculator.gate.to_dict() if speculator.gate is not None else {}
+                    plain, spec = done[False], done[True]
                     runs.append((_tok_s(plain), _tok_s(spec), plain, spec, gate))
                 runs.sort(key=lambda r: r[1] / r[0])
                 plain_tok_s, spec_tok_s, plain, spec, gate = runs[len(runs) // 2]  # the median pair by speedup
@@ -173,10 +182,19 @@ def speculative_bench(
                     "rollbacks": b["rollbacks"],
                     "redo_tokens": b["redo_tokens"],
                     "n_threads": n_threads,
+                    "background_load": c.background_load,
                     "load_before": round(load, 2),
                     "load_after": round(os.getloadavg()[0], 2),
                     "seconds": round(time.perf_counter() - start, 1),
                 })  # fmt: skip
     finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
         engine.close()
     return lines
+
+
+def _spin() -> subprocess.Popen[bytes]:
+    """A process that keeps one core busy until it is killed."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
