@@ -21,7 +21,7 @@ from typing import Any
 from minions.chunking import Chunk
 
 from .ranking import word_order
-from .retrieval import figure_share
+from .retrieval import asks_for_quantity, figure_share
 
 __all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
 
@@ -36,6 +36,12 @@ MIN_SPAN_CHARS = 40
 FIGURE_LINE = 0.6
 """A line at least this share of whose tokens are figures is the values of the line before it."""
 MAX_ANSWERS = 6
+NO_VALUE_WEIGHT = 0.2
+"""For a question that asks for a quantity, the weight of a span that states no value: it cannot hold the amount.
+On FinanceBench's read chunks that hold the answer's figure (``minions bench evidence``, ``picks``), the best
+span by words held it in 23 of 79; weighing header rows and prose without figures down lifts that (see the
+README's evidence section)."""
+_YEAR = re.compile(r"(?:19|20)\d\d")
 LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 """The labels of a chunk's spans in a job's excerpt, in document order: one token each, so a model's choice of a
 sentence is its first reply token (spans past the last label are shown without one)."""
@@ -139,10 +145,28 @@ def labeled(text: str) -> list[tuple[str, Span]]:
 
 def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:
     """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``), best first;
-    ties in document order."""
+    ties in document order. For a question that asks for a quantity, a span that states no value (no figure, or
+    only years and list numbers: a table's header row) weighs ``NO_VALUE_WEIGHT`` of its score."""
     found = spans(chunk.text)
     all_spans = [s for s in found if _statement(s.text)] or [s for s in found if len(s.text) >= 3]
-    return [all_spans[i] for i, _ in word_order([s.text for s in all_spans], question)[:k]]
+    texts = [s.text for s in all_spans]
+    order = word_order(texts, question)
+    if asks_for_quantity(question):
+        weighed = [(i, score if states_value(texts[i]) else score * NO_VALUE_WEIGHT) for i, score in order]
+        order = sorted(weighed, key=lambda item: (-item[1], item[0]))
+    return [all_spans[i] for i, _ in order[:k]]
+
+
+def states_value(text: str) -> bool:
+    """Whether ``text`` holds a value: a figure with a unit, a currency sign, a decimal point or a thousands
+    separator, or of three digits or more that is not a year ("2018" in a header row is a label, not a value)."""
+    for figure in answer_spans(text):
+        digits = "".join(ch for ch in figure if ch.isdigit())
+        if any(ch in figure for ch in "$€£%.,") or any(w in figure.lower() for w in ("million", "billion", "thousand")):
+            return True
+        if len(digits) >= 3 and not _YEAR.fullmatch(digits):
+            return True
+    return False
 
 
 def _statement(text: str) -> bool:

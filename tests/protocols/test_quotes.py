@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from minions.chunking import Chunk
-from minions.protocols.quotes import NONE, answer_spans, candidates, quote_schema, spans
+from minions.protocols.quotes import NONE, answer_spans, candidates, quote_schema, spans, states_value
 
 PROSE = (
     "## Financial Highlights\n\n"
@@ -59,6 +59,27 @@ def test_candidates_are_the_best_matching_sentences_first():
     # a question about a quantity prefers the row of figures over a line of words
     rows = candidates(chunk(TABLE), "How much were purchases of property and equipment?", k=1)
     assert "(1,577)" in rows[0].text
+
+
+def test_for_a_quantity_a_header_row_of_years_gives_way_to_the_row_with_the_value():
+    statement = (
+        "Consolidated Balance Sheets\n$ in millions, except per share amounts February 2, 2019 February 3, 2018\n\n"
+        "Merchandise inventories 5,409 5,209\n\nOther current assets 466 438\n"
+    )
+    header = "Consolidated Balance Sheets $ in millions, except per share amounts February 2, 2019 February 3, 2018"
+    question = "What is the year end FY2019 total amount of inventories? Answer in USD millions."
+    texts = [s.text for s in candidates(chunk(statement), question)]
+    assert texts[0].startswith("Merchandise inventories 5,409 5,209") and texts[1] == header  # still offered
+    # a question that asks for no quantity keeps the order by words
+    about = candidates(chunk(statement), "Which dates do the balance sheets of inventories cover?")
+    assert about[0].text == header
+
+
+def test_states_value_tells_values_from_labels():
+    assert states_value("Net income $ 3,033") and states_value("Actual tax rates 21.6 %")
+    assert states_value("We had 350 stores in 2019") and states_value("Revenue grew 12% in 2018")
+    assert not states_value("Years ended December 31 (Millions) 2018 2017 2016")
+    assert not states_value("1. Business overview with twelve items")
 
 
 def test_the_schema_allows_only_the_offered_sentences_or_none():
