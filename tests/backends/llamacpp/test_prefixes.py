@@ -63,7 +63,7 @@ def test_the_prefix_is_the_chunk_and_the_prompt_is_unchanged() -> None:
         tokens, n = marked_prompt(e.model, request.messages, request.prefix)
         assert tokens == e.tokens(request.messages)  # the same tokens with or without a mark
         head = e.model.detokenize(tokens[:n]).decode()
-        assert head.endswith("This is part 1 of the filing.") and "Question" not in head
+        assert head.endswith("This is part 1 of the filing.") and QUESTIONS[0] not in head
     finally:
         e.close()
 
