@@ -41,10 +41,10 @@ class SpeedGate:
     max_backoff: int = 512
     window: int = 16
     """Latest plain paces and speculative rates whose medians are compared."""
-    plain: deque[float] = field(default_factory=deque)
+    plain: deque[float] = field(init=False)
     """Paces of the latest plain steps: seconds over the table's plain step (``u``)."""
-    rates: deque[float] = field(default_factory=deque)
-    """Rates of the speculative steps since speculation last (re)started: ``w / u``."""
+    rates: deque[float] = field(init=False)
+    """Rates of the latest speculative steps since speculation last (re)started: ``w / u``."""
     backoff: int = 0
     """Plain steps still to go before speculation is tried again."""
     next_backoff: int = 0
@@ -52,6 +52,10 @@ class SpeedGate:
     plain_steps: int = 0
     """Steps the gate made plain (probes and back-off)."""
     losses: int = 0
+
+    def __post_init__(self) -> None:
+        self.plain = deque(maxlen=self.window)
+        self.rates = deque(maxlen=self.window)
 
     def speculate(self) -> bool:
         """Whether the next decode step drafts: no while backing off and on every ``probe_every``-th step (the
@@ -74,9 +78,9 @@ class SpeedGate:
         if pace <= 0.0:
             return
         if not drafted:
-            _push(self.plain, pace, self.window)
+            self.plain.append(pace)
             return
-        _push(self.rates, work / pace, self.window)
+        self.rates.append(work / pace)
         gain = self.gain
         if gain is None or len(self.rates) < self.min_steps:
             return
@@ -98,9 +102,3 @@ class SpeedGate:
         gain = self.gain
         return {"gain": None if gain is None else round(gain, 3), "gated_plain_steps": self.plain_steps,
                 "losses": self.losses}  # fmt: skip
-
-
-def _push(values: deque[float], value: float, window: int) -> None:
-    values.append(value)
-    if len(values) > window:
-        values.popleft()
