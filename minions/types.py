@@ -16,6 +16,7 @@ __all__ = [
     "Timings",
     "Usage",
     "as_messages",
+    "reply_start",
 ]
 
 Role = Literal["system", "user", "assistant"]
@@ -29,6 +30,11 @@ class Message:
 
     def to_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
+
+
+def reply_start(messages: Sequence[Message]) -> str | None:
+    """The start of the reply, when the last message is the assistant's (``ChatRequest``); else None."""
+    return messages[-1].content if messages and messages[-1].role == "assistant" else None
 
 
 def as_messages(messages: Iterable[Message | Mapping[str, Any]] | str) -> list[Message]:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from minions.errors import BackendError, ConfigError, ModelNotFoundError
-from minions.types import Message
+from minions.types import Message, reply_start
 
 __all__ = ["LlamaContext", "LlamaModel", "TokenBatch", "import_llama_cpp"]
 
@@ -135,7 +135,7 @@ class LlamaModel:
             self._formatter = Jinja2ChatFormatter(
                 template=template, eos_token=self.token_text(eos), bos_token=self.token_text(bos)
             )
-        start = messages[-1].content if messages and messages[-1].role == "assistant" else None
+        start = reply_start(messages)
         head = messages[:-1] if start is not None else messages
         return str(self._formatter(messages=[m.to_dict() for m in head]).prompt) + (start or "")
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from minions.errors import ContextLengthError, ModelNotFoundError
 from minions.loops import REPEAT_MIN_ITEMS, repeating
-from minions.types import ChatResult, Message, SamplingParams, Timings, Usage
+from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, reply_start
 
 from ..base import BaseBackend, Capabilities
 from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
@@ -161,7 +161,7 @@ class TransformersBackend(BaseBackend):
         tokenizer = self.tokenizer
         if not tokenizer.chat_template:
             raise ModelNotFoundError(f"{self.source} has no chat template: use an instruction-tuned model.")
-        reply_started = bool(messages) and messages[-1].role == "assistant"  # the reply goes on from its text
+        reply_started = reply_start(messages) is not None  # the reply goes on from its text
         encoded = tokenizer.apply_chat_template(
             [m.to_dict() for m in messages],
             add_generation_prompt=not reply_started,
