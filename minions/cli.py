@@ -203,6 +203,8 @@ def cmd_bench_tree(args: argparse.Namespace) -> int:
     config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads"))
     if args.no_llamacpp:
         config = replace(config, llamacpp=False)
+    if args.no_draft:
+        config = replace(config, draft=False)
     return _print_lines(tree_bench(args.data, config))
 
 
@@ -210,14 +212,17 @@ def _add_bench_tree_parser(kinds: Any) -> None:
     from minions.backends.pytorch.bench import TreeBenchConfig
 
     d = TreeBenchConfig()
-    tree = kinds.add_parser("tree", help="PyTorch backend: plain vs chain vs token-tree speculation (extraction jobs)")
+    tree = kinds.add_parser(
+        "tree", help="PyTorch backend: plain vs chain vs token-tree speculation, drafted from the text or a model"
+    )
     _add_data_option(tree, "FinanceBench checkout or its pdfs/ folder")
     tree.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     tree.add_argument("--chunks", type=int, help=f"excerpts, {d.jobs_per_chunk} jobs each (default {d.chunks})")
     tree.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
-    tree.add_argument("--repeats", type=int, help=f"plain/chain/tree runs in turn (default {d.repeats})")
+    tree.add_argument("--repeats", type=int, help=f"runs of every mode in turn (default {d.repeats})")
     tree.add_argument("--n-threads", type=int, help="torch CPU threads (default: all cores)")
     tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
+    tree.add_argument("--no-draft", action="store_true", help="skip the draft model's chain and tree")
     tree.set_defaults(func=cmd_bench_tree)
 
 

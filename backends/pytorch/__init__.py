@@ -7,16 +7,19 @@ model is resolved, so nothing else pays for torch.
 from .backend import TransformersBackend, resolve_source
 from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
 from .draft import Acceptance, ContextIndex, CostCurve, Trie, shape_tree
+from .draft_model import Calibration, DraftTrees, best_first
 from .hybrid import AttentionState, ReplayState, StateKeeper, has_recurrent_state, state_keeper
 from .tree import TokenTree, ancestor_mask, keep_path, verify, walk
 
 __all__ = [
     "Acceptance",
     "AttentionState",
+    "Calibration",
     "Chooser",
     "ContextIndex",
     "CostCurve",
     "Decoded",
+    "DraftTrees",
     "JsonGrammar",
     "Mode",
     "ReplayState",
@@ -27,6 +30,7 @@ __all__ = [
     "TransformersBackend",
     "Trie",
     "ancestor_mask",
+    "best_first",
     "generate",
     "has_recurrent_state",
     "keep_path",

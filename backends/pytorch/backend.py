@@ -17,6 +17,7 @@ cores that a batch would share, and the tree's drafts are per job.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import threading
@@ -25,13 +26,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from minions.errors import ContextLengthError, ModelNotFoundError
+from minions.errors import ConfigError, ContextLengthError, ModelNotFoundError
 from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, reply_start
 
 from ..base import BaseBackend, Capabilities
+from ..settings import cpu_threads
 from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
 from .draft import CostCurve
+from .draft_model import DraftTrees
 from .hybrid import state_keeper
 
 __all__ = ["TransformersBackend", "resolve_source"]
@@ -56,6 +59,19 @@ def resolve_source(model: str | Path | None) -> Path:
         f"{str(model)!r} is neither a .gguf file nor a transformers folder with config.json: pass "
         "transformers//abs/path/model.gguf or transformers//abs/path/folder (nothing is downloaded)."
     )
+
+
+def _draft_source(draft: str | Path | None, source: Path, device: str) -> Path | None:
+    if draft is None:
+        return None
+    if str(draft) != "auto":
+        path = Path(draft).expanduser()
+        if not path.is_file():
+            raise ModelNotFoundError(f"The draft model {str(draft)!r} is not a file: pass the path of a GGUF file.")
+        return path
+    if device != "cpu" or source.suffix != ".gguf" or importlib.util.find_spec("llama_cpp") is None:
+        return None
+    return source
 
 
 def _context_window(source: Path) -> int:
@@ -85,7 +101,11 @@ class TransformersBackend(BaseBackend):
         spec: SpecConfig | None = None,
         dtype: str = "float32",
         device: str = "cpu",
+        draft_model: str | Path | None = "auto",
     ) -> None:
+        """``draft_model``: a GGUF with the model's vocabulary that llama.cpp runs to draft token trees; "auto":
+        the model's own GGUF on the CPU when llama.cpp is installed (its quantized kernels draft several times
+        faster than PyTorch verifies); None: drafts come from the job's own text only."""
         self.source = resolve_source(model)
         self.name = f"transformers/{model if model not in (None, '') else 'default'}"
         self.spec = spec or SpecConfig(mode=speculation)
@@ -98,6 +118,8 @@ class TransformersBackend(BaseBackend):
         self._loaded: tuple[Any, Any] | None = None
         self._lltokenizer: Any = None
         self._speculation: Speculation | None = None
+        self.draft_model = _draft_source(draft_model, self.source, device)
+        self._drafter: DraftTrees | None = None
 
     # -- loading --------------------------------------------------------------------------------------------
     def _load(self) -> tuple[Any, Any]:
@@ -132,6 +154,20 @@ class TransformersBackend(BaseBackend):
             cost = measure_cost(self.model, self.new_cache) if self.spec.mode != "plain" else plain
             self._speculation = Speculation(self.spec, cost)
         return self._speculation
+
+    def drafter(self) -> DraftTrees | None:
+        """The draft model, loaded on first use; None without one."""
+        if self._drafter is None and self.draft_model is not None:
+            vocab = int(self.model.config.vocab_size)
+            drafter = DraftTrees(self.draft_model, n_threads=cpu_threads())
+            if drafter.n_vocab != vocab:
+                drafter.close()
+                raise ConfigError(
+                    f"The draft model {self.draft_model} has {drafter.n_vocab} tokens and {self.source.name} has "
+                    f"{vocab}: a draft model needs the same vocabulary (or pass draft_model=None)."
+                )
+            self._drafter = drafter
+        return self._drafter
 
     def new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -202,6 +238,7 @@ class TransformersBackend(BaseBackend):
                 should_stop=self._stopper(params),
                 keeper=state_keeper(self.model),
                 forced=grammar.forced if grammar is not None else None,
+                drafter=self.drafter() if speculation.config.draft and speculation.config.mode != "plain" else None,
             )
             text = self.tokenizer.decode(decoded.tokens, skip_special_tokens=True)
         text, finish = _cut(text, decoded, params)

@@ -2,20 +2,24 @@
 
 The jobs are ``bench engine``'s extraction jobs (Minions-style JSON replies over FinanceBench excerpts, greedy,
 the production prompt and schema, imported from the llama.cpp bench), run one after another through one loaded
-``TransformersBackend``. Each repeat runs plain, chain and tree in turn (a load burst hits all three), each
-with fresh acceptance counts that learn only from its own run; T(n) is measured once, before the first run.
-One JSON line:
+``TransformersBackend``. Each repeat runs every mode in turn (a load burst hits them all), each with fresh
+acceptance counts that learn only from its own run; T(n) is measured once, before the first run. The modes:
+``plain``; ``chain`` and ``tree`` drafting from the job's own text; ``draft_chain`` and ``draft_tree`` drafting
+with the backend's draft model (llama.cpp running the same GGUF; absent without one). One JSON line:
 
-- ``plain_ms_per_token`` / ``chain_ms_per_token`` / ``tree_ms_per_token``: decode milliseconds per generated
-  token (drafting, verify calls, grammar masks and sampling included; prefill excluded), the median pair's;
-- ``tree_vs_plain``, ``tree_vs_chain``, ``chain_vs_plain``: speedups of the median repeat (by tree vs plain),
-  every repeat's in ``speedups``;
+- ``<mode>_ms_per_token``: decode milliseconds per generated token (drafting, verify calls, grammar masks and
+  sampling included; prefill excluded), the median repeat's; ``<mode>_prefill_s``: prefill seconds per job (the
+  draft model's prefill included: it is the price of its drafts);
+- ``<mode>_vs_plain`` for every speculative mode, ``tree_vs_chain`` (the text's drafts), ``draft_tree_vs_chain``
+  (the draft model's tree against the text's chain) and ``draft_tree_vs_draft_chain``, of the median repeat (by
+  the best tree against plain), every repeat's in ``speedups``;
 - ``llamacpp_plain_ms_per_token``: llama.cpp's plain decode of the same GGUF and jobs, one job at a time, in
   the same process after the PyTorch runs, so the ratio above is not read as an absolute speed;
-- ``identical_outputs``: jobs whose chain and tree token ids equal plain decoding's (greedy is lossless: any
-  other count is a bug or a float near-tie, reported as ``mismatches``);
+- ``identical_outputs``: jobs whose token ids equal plain decoding's, per mode (greedy is lossless: any other
+  count is a bug or a float near-tie, reported as ``mismatches``);
 - ``acceptance``, ``tokens_per_step``, ``mean_tree_size`` per mode, ``cost_ratios`` (the measured ``T(n)/T(1)``
-  the tree shapes were chosen with) and ``acceptance_by_depth`` (tree mode's learned ``p[depth][rank]``).
+  the tree shapes were chosen with), ``acceptance_by_depth`` (tree mode's learned ``p[depth][rank]``) and
+  ``draft_calibration`` (the draft tree's measured chance of a node by its rank and draft probability).
 """
 
 from __future__ import annotations
@@ -33,7 +37,14 @@ from .decode import Mode, SpecConfig, Speculation, measure_cost
 
 __all__ = ["TreeBenchConfig", "tree_bench"]
 
-MODES: tuple[Mode, ...] = ("plain", "chain", "tree")
+RUNS: dict[str, tuple[Mode, bool]] = {
+    "plain": ("plain", False),
+    "chain": ("chain", False),
+    "tree": ("tree", False),
+    "draft_chain": ("chain", True),
+    "draft_tree": ("tree", True),
+}
+"""Each run's speculation mode, and whether it drafts with the draft model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,8 @@ class TreeBenchConfig:
     max_nodes: int = 48
     llamacpp: bool = True
     """Also time llama.cpp's plain decode of the same GGUF and jobs."""
+    draft: bool = True
+    """Also run the draft model's chain and tree (when llama.cpp is installed)."""
 
 
 class _Tokens:
@@ -77,6 +90,10 @@ def _jobs(data: str | os.PathLike[str] | None, backend: TransformersBackend, c: 
 
 def _run(backend: TransformersBackend, jobs: Sequence[ChatRequest], spec: Speculation) -> list[ChatResult]:
     return [backend.complete(list(job.messages), job.params, speculation=spec) for job in jobs]
+
+
+def _prefill_s(results: Sequence[ChatResult]) -> float:
+    return sum(r.timings.prefill_s for r in results) / max(1, len(results))
 
 
 def _ms_per_token(results: Sequence[ChatResult]) -> float:
@@ -117,42 +134,51 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     if c.n_threads is not None:
         torch.set_num_threads(c.n_threads)
     start = time.perf_counter()
-    backend = TransformersBackend()
+    backend = TransformersBackend(draft_model="auto" if c.draft else None)
+    names = [name for name, (_, draft) in RUNS.items() if not draft or backend.draft_model is not None]
+    best = "draft_tree" if "draft_tree" in names else "tree"
     jobs = _jobs(data, backend, c)
     load = os.getloadavg()[0]
     cost = measure_cost(backend.model, backend.new_cache)
     runs = []
     for _ in range(max(1, c.repeats)):
-        specs = {mode: Speculation(SpecConfig(mode=mode, max_nodes=c.max_nodes), cost) for mode in MODES}
-        results = {mode: _run(backend, jobs, specs[mode]) for mode in MODES}
-        ms = {mode: _ms_per_token(results[mode]) for mode in MODES}
+        specs = {name: Speculation(SpecConfig(mode=RUNS[name][0], max_nodes=c.max_nodes, draft=RUNS[name][1]), cost)
+                 for name in names}  # fmt: skip
+        results = {name: _run(backend, jobs, specs[name]) for name in names}
+        ms = {name: _ms_per_token(results[name]) for name in names}
         runs.append((ms, results, specs))
-    runs.sort(key=lambda run: run[0]["plain"] / run[0]["tree"])
+    runs.sort(key=lambda run: run[0]["plain"] / run[0][best])
     ms, results, specs = runs[len(runs) // 2]
     plain_ids = [r.stats["token_ids"] for r in results["plain"]]
-    same = {mode: sum(r.stats["token_ids"] == ids for r, ids in zip(results[mode], plain_ids, strict=True))
-            for mode in ("chain", "tree")}  # fmt: skip
+    same = {name: sum(r.stats["token_ids"] == ids for r, ids in zip(results[name], plain_ids, strict=True))
+            for name in names[1:]}  # fmt: skip
+    pairs = [(a, b) for a, b in (("tree", "chain"), ("draft_tree", "chain"), ("draft_tree", "draft_chain"))
+             if a in names and b in names]  # fmt: skip
+
+    def speedups(m: dict[str, float]) -> dict[str, float]:
+        return {**{f"{name}_vs_plain": round(m["plain"] / m[name], 3) for name in names[1:]},
+                **{f"{a}_vs_{b}": round(m[b] / m[a], 3) for a, b in pairs}}  # fmt: skip
+
     line: dict[str, Any] = {
         "setting": "extraction",
         "model": backend.name,
+        "draft_model": str(backend.draft_model) if backend.draft_model is not None else None,
         "jobs": len(jobs),
         "generated_tokens": sum(r.usage.completion_tokens for r in results["plain"]),
-        **{f"{mode}_ms_per_token": round(ms[mode], 1) for mode in MODES},
-        "tree_vs_plain": round(ms["plain"] / ms["tree"], 3),
-        "tree_vs_chain": round(ms["chain"] / ms["tree"], 3),
-        "chain_vs_plain": round(ms["plain"] / ms["chain"], 3),
-        "speedups": [
-            {"tree_vs_plain": round(m["plain"] / m["tree"], 3), "tree_vs_chain": round(m["chain"] / m["tree"], 3)}
-            for m, _, _ in runs
-        ],
+        **{f"{name}_ms_per_token": round(ms[name], 1) for name in names},
+        **{f"{name}_prefill_s": round(_prefill_s(results[name]), 2) for name in names},
+        **speedups(ms),
+        "speedups": [speedups(m) for m, _, _ in runs],
         "identical_outputs": same,
-        "mismatches": {mode: len(jobs) - n for mode, n in same.items()},
-        **{mode: _summary(results[mode]) for mode in ("chain", "tree")},
+        "mismatches": {name: len(jobs) - n for name, n in same.items()},
+        **{name: _summary(results[name]) for name in names[1:]},
         "acceptance_by_depth": specs["tree"].acceptance.table(),
         "cost_ratios": cost.ratios(),
         "t1_ms": round(1000 * cost(1), 1),
         "n_threads": torch.get_num_threads(),
     }
+    if "draft_tree" in names:
+        line["draft_calibration"] = specs["draft_tree"].calibration.table()
     if c.llamacpp:
         line["llamacpp_plain_ms_per_token"] = round(_llamacpp_ms_per_token(jobs, c.n_threads), 1)
     line.update(load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2),

@@ -19,6 +19,7 @@ import torch
 from minions.errors import ConfigError
 
 from .draft import STRONG_MATCH, Acceptance, ContextIndex, CostCurve, shape_tree
+from .draft_model import Calibration, DraftTrees
 from .hybrid import AttentionState, StateKeeper
 from .tree import TokenTree, keep_path, verify, walk
 
@@ -37,6 +38,9 @@ class SpecConfig:
     max_depth: int = 16
     width: int = 4
     """Children per node in tree mode (chain mode uses 1)."""
+    draft: bool = True
+    """Draft with the backend's draft model when it has one (``draft_model.DraftTrees``), else from the job's
+    text."""
 
 
 class Speculation:
@@ -47,6 +51,8 @@ class Speculation:
         width = 1 if config.mode == "chain" else config.width
         self.width = width
         self.acceptance = Acceptance(config.max_depth, 2 * width)  # strong matches' ranks, then weak ones'
+        self.calibration = Calibration()
+        """How the draft model's probabilities turn out (trees drafted by a model)."""
 
 
 @dataclass(slots=True)
@@ -154,39 +160,51 @@ def generate(
     should_stop: Callable[[Sequence[int]], bool] | None = None,
     keeper: StateKeeper | None = None,
     forced: Callable[[], list[int]] | None = None,
+    drafter: DraftTrees | None = None,
 ) -> Decoded:
     """Decode after ``prompt`` into an empty ``cache``; ``speculation=None`` (or mode plain) decodes plainly.
 
     ``keeper`` keeps the accepted path's state after each verify step (``hybrid.state_keeper(model)``; default:
-    attention KV only). ``forced()``: tokens a grammar forces next, drafted ahead of the context's guesses.
+    attention KV only). ``forced()``: tokens a grammar forces next, drafted ahead of the other guesses.
+    ``drafter``: a draft model whose trees replace the context's drafts when ``speculation.config.draft``.
     """
     keeper = keeper or AttentionState()
     if not prompt:
         raise ValueError("generate needs at least one prompt token")
+    spec = speculation if speculation is not None and speculation.config.mode != "plain" else None
+    drafter = drafter if spec is not None and spec.config.draft else None
     start = time.perf_counter()
     if len(prompt) > 1:  # the last prompt token is the first tree's root
         with torch.inference_mode():
             model(input_ids=torch.tensor([list(prompt[:-1])], device=model.device), cache=cache, use_cache=True)
+        if drafter is not None:
+            drafter.prefill(prompt)
     out = Decoded(tokens=[], finish="length", prefill_s=time.perf_counter() - start)
     start = time.perf_counter()
     index = ContextIndex()
     past, root, context = len(prompt) - 1, prompt[-1], list(prompt)
-    spec = speculation if speculation is not None and speculation.config.mode != "plain" else None
     width = (spec.width if keeper.branching else 1) if spec is not None else 1
     while len(out.tokens) < max_new:
-        tree, ranks = TokenTree.chain(root), [0]
+        tree, ranks, probs = TokenTree.chain(root), [0], [1.0]
         if spec is not None:
             depth = min(spec.config.max_depth, max_new - len(out.tokens) - 1)
-            trie = index.drafts(context, depth)
-            if forced is not None and depth > 0:
-                trie.add(forced()[:depth], FORCED_SUPPORT, STRONG_MATCH)
-            tree, ranks, _ = shape_tree(root, trie, spec.acceptance, spec.cost,
-                                        max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
+            must = forced()[:depth] if forced is not None and depth > 0 else []
+            if drafter is not None:
+                tree, ranks, probs = drafter.tree(context, must, spec.cost, spec.calibration, depth=depth,
+                                                  width=width, max_nodes=spec.config.max_nodes)  # fmt: skip
+            else:
+                trie = index.drafts(context, depth)
+                if must:
+                    trie.add(must, FORCED_SUPPORT, STRONG_MATCH)
+                tree, ranks, _ = shape_tree(root, trie, spec.acceptance, spec.cost,
+                                            max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
         keeper.before(cache)
         logits = verify(model, cache, tree, past)  # [n, V]
         path, nxt = walk(tree, logits, choose, stop=is_end)
         if spec is not None:
             spec.acceptance.record(tree, ranks, path)
+            if drafter is not None:
+                spec.calibration.record(tree, ranks, probs, path)
         keeper.commit(model, cache, past, tree, path)
         past += len(path)
         out.steps, out.nodes = out.steps + 1, out.nodes + len(tree)

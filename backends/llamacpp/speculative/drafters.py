@@ -23,7 +23,7 @@ import json
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -226,16 +226,34 @@ class DraftModel:
         self._held: dict[int, list[int]] = {}
         self.recurrent = self.model.memory != "attention"
         self._checkpoints: dict[int, tuple[int, bytes]] = {}
+        self.computed = 0
+        """Tokens decoded so far (prompts, confirmed tokens and drafts), for benches and tests."""
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
+        out: list[int] = []
+        if k <= 0:
+            return out
+        for ranked in self.steps(seq, tokens):
+            out.append(ranked[0][0])
+            if len(out) >= k or self.model.is_eog(out[-1]):
+                break
+        return out
+
+    def steps(
+        self, seq: int, tokens: Sequence[int], width: int = 1, *, probs: bool = False
+    ) -> Iterator[list[tuple[int, float]]]:
+        """Draft after ``tokens`` one position at a time: each item is the ``width`` most likely next tokens with
+        their probabilities (without ``probs``, 1.0: no softmax is computed), most likely first; the first is
+        fed back as the next position's input when the caller asks for the next item. Stop by not asking (the
+        tokens drafted so far stay cached and are dropped or kept by the next call's ``tokens``)."""
         import numpy as np
 
         from ..slots import common_prefix
 
         held = self._held.setdefault(seq, [])
         self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))  # compute at least the last
-        todo, out = list(tokens[len(held) :]), list[int]()
-        while len(out) < k and len(held) + len(todo) < self.ctx.seq_ctx:
+        todo = list(tokens[len(held) :])
+        while len(held) + len(todo) < self.ctx.seq_ctx:
             if self.recurrent and len(held) == len(tokens):  # the confirmed tokens are in: the next draft's start
                 self._checkpoints[seq] = (len(held), self.ctx.recurrent_state(seq))
             idx = -1
@@ -244,14 +262,22 @@ class DraftModel:
                 self.batch.clear()
                 idx = self.batch.add(part, len(held), seq, logits_last=True)
                 if self.ctx.decode(self.batch) != 0:
-                    return out
+                    return
                 held.extend(part)
-            token = int(np.argmax(self.ctx.logits(idx)))
-            out.append(token)
-            if self.model.is_eog(token):
-                break
-            todo = [token]
-        return out
+                self.computed += len(part)
+            logits = self.ctx.logits(idx)
+            if width <= 1 and not probs:
+                ranked = [(int(np.argmax(logits)), 1.0)]
+            else:
+                top = np.argpartition(logits, -width)[-width:] if width > 1 else np.array([np.argmax(logits)])
+                top = top[np.argsort(-logits[top])]
+                z = logits - logits[top[0]]
+                p = np.exp(z[top]) / float(np.exp(z).sum()) if probs else np.ones(len(top))
+                ranked = [(int(t), float(q)) for t, q in zip(top, p, strict=True)]
+            yield ranked
+            if self.model.is_eog(ranked[0][0]):
+                return
+            todo = [ranked[0][0]]
 
     def _rewind(self, seq: int, held: list[int], keep: int) -> None:
         """Keep the first ``keep`` of the ``held`` tokens of ``seq`` (a recurrent model: those up to its
