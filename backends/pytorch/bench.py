@@ -15,8 +15,10 @@ with the backend's draft model (llama.cpp running the same GGUF; absent without 
   the best tree against plain), every repeat's in ``speedups``;
 - ``llamacpp_plain_ms_per_token``: llama.cpp's plain decode of the same GGUF and jobs, one job at a time, in
   the same process after the PyTorch runs, so the ratio above is not read as an absolute speed;
-- ``identical_outputs``: jobs whose token ids equal plain decoding's, per mode (greedy is lossless: any other
-  count is a bug or a float near-tie, reported as ``mismatches``);
+- ``identical_outputs``: jobs whose token ids equal plain decoding's, per mode (greedy is lossless); the others
+  are ``near_ties`` when, at the first differing token, the two tokens' logits after the same text (one forward
+  over it) are within ``TIE_EPS`` (a forward over many tokens adds in another order than one over one token),
+  else ``mismatches`` (a bug);
 - ``acceptance``, ``tokens_per_step``, ``mean_tree_size`` per mode, ``cost_ratios`` (the measured ``T(n)/T(1)``
   the tree shapes were chosen with), ``acceptance_by_depth`` (tree mode's learned ``p[depth][rank]``) and
   ``draft_calibration`` (the draft tree's measured chance of a node by its rank and draft probability).
@@ -45,6 +47,8 @@ RUNS: dict[str, tuple[Mode, bool]] = {
     "draft_tree": ("tree", True),
 }
 """Each run's speculation mode, and whether it drafts with the draft model."""
+TIE_EPS = 0.05
+"""Logit gap under which two tokens count as tied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,24 @@ def _jobs(data: str | os.PathLike[str] | None, backend: TransformersBackend, c: 
 
 def _run(backend: TransformersBackend, jobs: Sequence[ChatRequest], spec: Speculation) -> list[ChatResult]:
     return [backend.complete(list(job.messages), job.params, speculation=spec) for job in jobs]
+
+
+def _near_ties(backend: TransformersBackend, plain: Sequence[ChatResult], other: Sequence[ChatResult]) -> int:
+    """Jobs whose reply differs from plain decoding's first where the two chosen tokens' logits are within
+    ``TIE_EPS``."""
+    import torch
+
+    ties = 0
+    for a, b in zip(plain, other, strict=True):
+        x, y = a.stats["token_ids"], b.stats["token_ids"]
+        k = next((i for i, (s, t) in enumerate(zip(x, y, strict=False)) if s != t), None)
+        if k is None:
+            continue
+        with torch.inference_mode():
+            ids = torch.tensor([[*a.stats["prompt_ids"], *x[:k]]], device=backend.model.device)
+            logits = backend.model(input_ids=ids).logits[0, -1].float()
+        ties += abs(float(logits[x[k]] - logits[y[k]])) <= TIE_EPS
+    return ties
 
 
 def _prefill_s(results: Sequence[ChatResult]) -> float:
@@ -152,6 +174,7 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     plain_ids = [r.stats["token_ids"] for r in results["plain"]]
     same = {name: sum(r.stats["token_ids"] == ids for r, ids in zip(results[name], plain_ids, strict=True))
             for name in names[1:]}  # fmt: skip
+    ties = {name: _near_ties(backend, results["plain"], results[name]) for name in names[1:]}
     pairs = [(a, b) for a, b in (("tree", "chain"), ("draft_tree", "chain"), ("draft_tree", "draft_chain"))
              if a in names and b in names]  # fmt: skip
 
@@ -170,7 +193,8 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
         **speedups(ms),
         "speedups": [speedups(m) for m, _, _ in runs],
         "identical_outputs": same,
-        "mismatches": {name: len(jobs) - n for name, n in same.items()},
+        "near_ties": ties,
+        "mismatches": {name: len(jobs) - n - ties[name] for name, n in same.items()},
         **{name: _summary(results[name]) for name in names[1:]},
         "acceptance_by_depth": specs["tree"].acceptance.table(),
         "cost_ratios": cost.ratios(),

@@ -211,18 +211,22 @@ def generate(
         out.drafted, out.accepted = out.drafted + len(tree) - 1, out.accepted + len(path) - 1
         out.accepted_lengths[len(path) - 1] = out.accepted_lengths.get(len(path) - 1, 0) + 1
         emitted = [tree.tokens[i] for i in path[1:]]
-        room = max_new - len(out.tokens)
-        if is_end(nxt):  # as plain decoding: an end right after the limit is not seen, the finish is "length"
-            out.finish = "stop" if len(emitted) < room else "length"
-            out.tokens.extend(emitted[:room])
+        ended = is_end(nxt)
+        if not ended:
+            emitted.append(nxt)
+        # token by token, as plain decoding checks: a stop (a loop, a stop string) inside the accepted drafts
+        # ends the reply where plain decoding would have ended it
+        stopped = False
+        for token in emitted[: max_new - len(out.tokens)]:
+            out.tokens.append(token)
+            if should_stop is not None and should_stop(out.tokens):
+                stopped = True
+                break
+        if stopped or ended:  # as plain decoding: an end right after the limit is not seen, the finish is "length"
+            out.finish = "stop" if stopped or len(out.tokens) < max_new else "length"
             break
-        emitted.append(nxt)
-        out.tokens.extend(emitted[:room])
         context.extend(emitted)
         root = nxt
-        if should_stop is not None and should_stop(out.tokens):
-            out.finish = "stop"
-            break
     out.decode_s = time.perf_counter() - start
     return out
 

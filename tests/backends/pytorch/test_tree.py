@@ -97,10 +97,10 @@ def test_the_ancestor_mask_lets_a_node_see_the_past_its_ancestors_and_itself() -
     assert seen[3] == {0, 3}
 
 
-def decode(model, prompt, mode, *, chooser=None, max_new=48, end=None):
+def decode(model, prompt, mode, *, chooser=None, max_new=48, end=None, should_stop=None):
     speculation = Speculation(SpecConfig(mode=mode), FLAT)
     return generate(model, new_cache(model), prompt, max_new=max_new, choose=chooser or Chooser(),
-                    is_end=lambda t: t == end, speculation=speculation)  # fmt: skip
+                    is_end=lambda t: t == end, speculation=speculation, should_stop=should_stop)  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -127,6 +127,21 @@ def test_seeded_sampling_with_trees_draws_the_same_tokens_as_plain_sampling(mode
     other = decode(model, prompt, "plain", chooser=Chooser(temperature=0.8, top_p=0.95, seed=4))
     assert tree.tokens == plain.tokens
     assert other.tokens != plain.tokens  # the seed matters: the comparison above is not vacuous
+
+
+def test_a_stop_inside_accepted_drafts_ends_the_reply_where_plain_decoding_ends_it(model) -> None:
+    """A loop or a stop string found after several tokens accepted at once cuts the reply at the same token as
+    plain decoding, which checks after every token."""
+    prompt = copy_heavy_prompt(0)
+    full = decode(model, prompt, "tree")
+    assert max(full.accepted_lengths) >= 3  # steps of several tokens, so some stops below fall inside one
+    for n in range(8, 40):
+
+        def at_n(tokens, n=n):
+            return len(tokens) >= n
+
+        tree = decode(model, prompt, "tree", should_stop=at_n)
+        assert tree.tokens == full.tokens[:n] and tree.finish == "stop", n
 
 
 def test_the_token_limit_and_the_end_token_are_honoured(model) -> None:
