@@ -112,7 +112,9 @@ class DraftTrees:
         self.path = path
         self.model: DraftModel = DraftModel(path, n_seqs=1, seq_ctx=seq_ctx, n_threads=n_threads)
         self.position_s: deque[float] = deque([0.01], maxlen=32)
-        """Seconds per drafted position, the latest measured (a guess of 10 ms before any)."""
+        """Seconds per drafted position after a step's first, the latest measured (a guess of 10 ms before any)."""
+        self.first_s: deque[float] = deque([0.015], maxlen=32)
+        """Seconds to a step's first drafted position, which also computes the tokens accepted since the last."""
 
     @property
     def n_vocab(self) -> int:
@@ -138,39 +140,59 @@ class DraftTrees:
         n_fixed = 1 + len(forced)
         tokens, parents = [context[-1], *forced], list(range(-1, len(forced)))
         ranks, probs, values = [0] * n_fixed, [1.0] * n_fixed, [1.0] * n_fixed
-        step, room = self.step_seconds(), min(depth - len(forced), max_nodes - n_fixed + 1)
+        step, first, room = (
+            median(self.position_s),
+            median(self.first_s),
+            min(depth - len(forced), max_nodes - n_fixed + 1),
+        )
         # drafting is hopeless when even k positions all taken would not beat verifying the forced tokens alone
-        if all((n_fixed + k) / (cost(n_fixed + k) + k * step) <= n_fixed / cost(n_fixed) for k in range(1, room + 1)):
+        base = n_fixed / cost(n_fixed)
+        if all((n_fixed + k) / (cost(n_fixed + k) + first + (k - 1) * step) <= base for k in range(1, room + 1)):
             return TokenTree(tuple(tokens), tuple(parents)), ranks, probs
-        start, q, parent, positions = time.perf_counter(), 1.0, n_fixed - 1, 0
+        start, q, parent, positions, ready = time.perf_counter(), 1.0, n_fixed - 1, 0, 0.0
         for ranked in self.model.steps(SEQ, [*context, *forced], width, probs=True):
             positions += 1
+            ready = ready or time.perf_counter()  # the first position also computes the tokens new since the last
             for r, (token, p) in enumerate(ranked):
                 tokens.append(token)
                 parents.append(parent)
                 ranks.append(r)
                 probs.append(p)
                 values.append(q * calibration.value(r, p))
-            q = values[-len(ranked)]
+            factor, q = values[-len(ranked)] / q if q > 0 else 0.0, values[-len(ranked)]
             parent = len(tokens) - len(ranked)
             if len(forced) + positions >= min(depth, max_nodes) or self.model.model.is_eog(ranked[0][0]):
                 break
-            # one more position gains at most q (its best token accepted for sure), for a draft step and one more
-            # node in the best tree so far: does that beat the best tree's rate?
-            spent, gain, rate, size = time.perf_counter() - start, 0.0, 1.0 / cost(1), 1
-            for n, v in enumerate(sorted(values[1:], reverse=True), 2):
-                gain += v
-                if (1 + gain) / (spent + cost(n)) > rate:
-                    rate, size = (1 + gain) / (spent + cost(n)), n
-            if q / (step + cost(size + 1) - cost(size)) <= rate:
+            if not self._worth_more(values, q, factor, cost, time.perf_counter() - start, step,
+                                    min(depth, max_nodes) - len(forced) - positions):  # fmt: skip
                 break
         if positions:
-            self.position_s.append((time.perf_counter() - start) / positions)
+            self.first_s.append(ready - start)
+        if positions > 1:
+            self.position_s.append((time.perf_counter() - ready) / (positions - 1))
         tree, kept = best_first(tokens, parents, values, cost, time.perf_counter() - start, max_nodes=max_nodes)
         return tree, [ranks[i] for i in kept], [probs[i] for i in kept]
 
-    def step_seconds(self) -> float:
-        return median(self.position_s)
+    @staticmethod
+    def _worth_more(
+        values: Sequence[float], q: float, factor: float, cost: CostCurve, spent: float, step: float, room: int
+    ) -> bool:
+        """Whether drafting up to ``room`` more positions beats the best tree of the nodes drafted so far, in
+        expected tokens per second, with each further position worth the last one's value times its ``factor``.
+        The drafting time so far is spent either way; looking several positions ahead sees past a jump of
+        ``T(n)`` (on a CPU, two tokens cost much more than one, sixteen hardly more than two)."""
+        gain, rate, size = 0.0, 1.0 / (spent + cost(1)), 1
+        for n, v in enumerate(sorted(values[1:], reverse=True), 2):
+            gain += v
+            if (1 + gain) / (spent + cost(n)) > rate:
+                rate, size = (1 + gain) / (spent + cost(n)), n
+        more = 0.0
+        for k in range(1, room + 1):
+            q *= factor
+            more += q
+            if (1 + gain + more) / (spent + k * step + cost(size + k)) > rate:
+                return True
+        return False
 
     def close(self) -> None:
         self.model.close()
