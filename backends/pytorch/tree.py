@@ -128,6 +128,7 @@ def walk(
         path.append(nxt)
 
 
+@torch.inference_mode()
 def keep_path(cache: Any, past: int, path: Sequence[int]) -> None:
     """Keep the first ``past`` cached positions and the tree nodes on ``path``; drop the other tree nodes.
 
@@ -143,6 +144,9 @@ def keep_path(cache: Any, past: int, path: Sequence[int]) -> None:
             layer.keys = keys[..., : past + n_path, :]
             layer.values = layer.values[..., : past + n_path, :]
             continue
-        index = torch.tensor([*range(past), *(past + i for i in path)], device=keys.device)
-        layer.keys = keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+        # only the tail moves: the path's entries gathered, written over the tree's first places, the rest cut
+        index = torch.tensor([past + i for i in path], device=keys.device)
+        for name in ("keys", "values"):
+            cached = getattr(layer, name)
+            cached[..., past : past + n_path, :] = cached.index_select(-2, index)
+            setattr(layer, name, cached[..., : past + n_path, :])
