@@ -7,8 +7,9 @@ Nothing is ever downloaded (``local_files_only``).
 
 Replies use the model's chat template. A JSON schema is enforced by a grammar (llguidance) that masks the
 logits at every chosen token, so a constrained reply always parses unless it was cut at ``max_tokens``.
-Decoding is plain, chain or tree speculation (``decode.generate``) over drafts from the job's own text;
-greedy and sampled decoding are lossless either way. Hybrid models (LFM2's convolutions, Mamba-2 layers) verify
+Decoding is plain, chain or tree speculation (``decode.generate``) over drafts from a draft model (by default the
+model's own GGUF in llama.cpp, ``draft_model.DraftTrees``) or from the job's own text; greedy and sampled
+decoding are lossless either way. Hybrid models (LFM2's convolutions, Mamba-2 layers) verify
 chains and roll their state back exactly (``hybrid.ReplayState``).
 
 Jobs run one at a time (``batching=False``): on a CPU a speculative step over one job's tree already fills the

@@ -6,12 +6,13 @@ against PyTorch's per-layer overhead). Its greedy choice agrees with the dequant
 and where it does not, the target's choice is usually among its next few.
 
 One step drafts position by position: at each, the draft's ``width`` most likely tokens become children of the
-previous position's most likely one (the chain the draft continues), each valued by the product of the draft's
-probabilities along its path, an estimate of the chance the target walks there. Drafting stops when one more
-position's best possible value no longer pays for a draft token's measured time and its verify cost ``T(n)``;
-the tree is then the best-first nodes by value, as many as maximize expected tokens per second counting the
-drafting time (the forced tokens of a grammar come first, valued 1). The target verifies it in one forward pass
-and walks it with its own greedy or sampled choices (``tree.walk``), so the output is what plain decoding gives.
+previous position's most likely one (the chain the draft continues), each valued by the chance the target walks
+there: the product along its path of what ``Calibration`` measured for nodes of that rank and draft probability.
+Drafting stops when more positions, looked at several ahead, no longer pay for a draft position's measured time
+and their verify cost ``T(n)``; the tree is then the best-first nodes by value, as many as maximize expected
+tokens per second counting the drafting time (the forced tokens of a grammar come first, valued 1). The target
+verifies it in one forward pass and walks it with its own greedy or sampled choices (``tree.walk``), so the
+output is what plain decoding gives.
 """
 
 from __future__ import annotations
@@ -109,7 +110,6 @@ class DraftTrees:
     def __init__(self, path: str | os.PathLike[str], *, n_threads: int, seq_ctx: int = 4096) -> None:
         from ..llamacpp.speculative.drafters import DraftModel
 
-        self.path = path
         self.model: DraftModel = DraftModel(path, n_seqs=1, seq_ctx=seq_ctx, n_threads=n_threads)
         self.position_s: deque[float] = deque([0.01], maxlen=32)
         """Seconds per drafted position after a step's first, the latest measured (a guess of 10 ms before any)."""
