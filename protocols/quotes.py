@@ -171,13 +171,12 @@ def states_value(text: str) -> bool:
 
 def _statement(text: str) -> bool:
     """Whether a span can state a fact: a sentence, a table row or a long line of at least ``MIN_QUOTE_WORDS``
-    words; not a heading ("**CT Spine scan (09/30/2018): **", "Evaluation")."""
+    words; not a heading ("**CT Spine scan (09/30/2018): **", "Evaluation", "# Annual Report 2025")."""
     words = text.split()
-    return len(words) >= MIN_QUOTE_WORDS and (
-        text.rstrip("*_ ").endswith((".", "!", "?", '"', "”", ")"))
-        or figure_share(text) > 0
-        or len(text) >= WRAPPED_LINE
-    )
+    sentence = text.rstrip("*_ ").endswith((".", "!", "?", '"', "”", ")"))
+    if text.lstrip().startswith("#") and not sentence:  # a Markdown heading alone ("# Annual Report 2025")
+        return False
+    return len(words) >= MIN_QUOTE_WORDS and (sentence or figure_share(text) > 0 or len(text) >= WRAPPED_LINE)
 
 
 def answer_spans(quote: str) -> list[str]:

@@ -97,3 +97,10 @@ def test_answer_spans_are_figures_of_the_quote_not_list_numbers():
     assert answer_spans("2. Secure financing for the battery.") == []
     assert answer_spans("Capex was (1,577) in 2018, 12% of sales.") == ["(1,577)", "2018", "12%"]
     assert answer_spans("Revenue was $4.2 billion.") == ["$4.2 billion"]
+
+
+def test_a_markdown_heading_alone_is_no_candidate_but_one_joined_to_its_sentence_is():
+    text = "# Northwind Solar Cooperative — Annual Report 2025\n\n" + PROSE
+    found = candidates(chunk(text), "What was total revenue in 2025?", k=8)
+    assert found and not any(c.text.startswith("# Northwind") for c in found)
+    assert any(c.text.startswith("## Financial Highlights Total revenue") for c in found)
