@@ -106,13 +106,21 @@ def usage_table(
     return table
 
 
+def _clip(quote: str, limit: int = 160) -> str:
+    """A long quote cut at a word before ``limit`` characters, marked as cut."""
+    if len(quote) <= limit:
+        return quote
+    cut = quote.rfind(" ", limit // 2, limit)
+    return quote[: cut if cut > 0 else limit].rstrip(" ,;:") + " …"
+
+
 def print_result(result: Any, *, local_name: str, remote_name: str | None, console: Console | None = None) -> None:
     """Print a protocol's ``RunResult``: the answer, its citations, notes, and the usage table."""
     # Piped output gets a wide table rather than rich's 80-column default.
     out = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
     out.print(result.answer or "[no answer]", markup=False, highlight=False)
     for c in result.citations[:5]:
-        out.print(f'  [{c.label}] "{c.text[:160]}"', markup=False, highlight=False)
+        out.print(f'  [{c.label}] "{_clip(c.text)}"', markup=False, highlight=False)
     for note in result.notes:
         out.print(f"note: {note}", style="yellow", markup=False)
     if result.local_egress and remote_name:  # without a remote model the table's caption says it

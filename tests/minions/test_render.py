@@ -46,3 +46,16 @@ def test_print_result_says_where_the_local_prompts_went() -> None:
     text = console.export_text()
     assert "egress: 3 local prompts (30 characters) left this device to 192.0.2.1:11434" in text
     assert "nothing left this device" not in text
+
+
+def test_a_long_citation_is_cut_at_a_word_and_marked() -> None:
+    from minions.protocols import Citation, RunResult
+
+    quote = "Our rooftop and community arrays produced 96.3 gigawatt-hours of electricity, " * 3
+    result = RunResult(answer="96.3 GWh", protocol="local", citations=(Citation(quote, "report.md", 0, line=10),))
+    console = Console(width=400, record=True)
+    print_result(result, local_name="llamacpp/default", remote_name=None, console=console)
+    shown = console.export_text().splitlines()[1]
+    assert shown.startswith('  [report.md line 10] "Our rooftop') and shown.endswith(' …"')
+    body = shown[len('  [report.md line 10] "') : -len(' …"')]
+    assert quote.startswith(body) and len(body) <= 160 and quote[len(body)] in " ,"  # ends on a whole word
