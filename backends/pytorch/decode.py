@@ -148,6 +148,86 @@ class Chooser:
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
 
+@dataclass
+class Job:
+    """One reply being decoded: its text so far, its drafts, and what it emitted. ``generate`` drives one job;
+    ``batched.generate_batch`` drives several through one forward pass per step."""
+
+    prompt: Sequence[int]
+    max_new: int
+    choose: Callable[[int, torch.Tensor], int]
+    is_end: Callable[[int], bool]
+    should_stop: Callable[[Sequence[int]], bool] | None = None
+    forced: Callable[[], list[int]] | None = None
+    out: Decoded = field(default_factory=lambda: Decoded(tokens=[], finish="length"))
+    context: list[int] = field(default_factory=list)
+    index: ContextIndex = field(default_factory=ContextIndex)
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise ValueError("generate needs at least one prompt token")
+        self.context = list(self.prompt)
+        self.done = self.max_new <= 0
+
+    @property
+    def root(self) -> int:
+        """The last emitted token (or the prompt's last): the next tree's root, not yet in the cache."""
+        return self.context[-1]
+
+    def tree(
+        self, spec: Speculation | None, width: int, drafter: DraftTrees | None
+    ) -> tuple[TokenTree, list[int], list[float]]:
+        """The next tree to verify, each node's rank and draft probability (``spec=None``: the root alone)."""
+        if spec is None:
+            return TokenTree.chain(self.root), [0], [1.0]
+        depth = min(spec.config.max_depth, self.max_new - len(self.out.tokens) - 1)
+        must = self.forced()[:depth] if self.forced is not None and depth > 0 else []
+        if drafter is not None:
+            return drafter.tree(self.context, must, spec.cost, spec.calibration, depth=depth, width=width,
+                                max_nodes=spec.config.max_nodes)  # fmt: skip
+        trie = self.index.drafts(self.context, depth)
+        if must:
+            trie.add(must, FORCED_SUPPORT, STRONG_MATCH)
+        tree, ranks, _ = shape_tree(self.root, trie, spec.acceptance, spec.cost,
+                                    max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
+        return tree, ranks, [1.0] * len(tree)
+
+    def walk(self, tree: TokenTree, logits: torch.Tensor) -> tuple[list[int], int]:
+        """The target's accepted path through ``tree`` (its ``logits``, ``[n, V]``) and its next token."""
+        return walk(tree, logits, self.choose, stop=self.is_end)
+
+    def emit(self, tree: TokenTree, path: Sequence[int], nxt: int) -> None:
+        """Count the step and emit the accepted drafts and ``nxt``; ``done`` when the reply ended."""
+        out = self.out
+        out.steps, out.nodes = out.steps + 1, out.nodes + len(tree)
+        out.drafted, out.accepted = out.drafted + len(tree) - 1, out.accepted + len(path) - 1
+        out.accepted_lengths[len(path) - 1] = out.accepted_lengths.get(len(path) - 1, 0) + 1
+        emitted = [tree.tokens[i] for i in path[1:]]
+        ended = self.is_end(nxt)
+        if not ended:
+            emitted.append(nxt)
+        # token by token, as plain decoding checks: a stop (a loop, a stop string) inside the accepted drafts
+        # ends the reply where plain decoding would have ended it
+        stopped = False
+        for token in emitted[: self.max_new - len(out.tokens)]:
+            out.tokens.append(token)
+            if self.should_stop is not None and self.should_stop(out.tokens):
+                stopped = True
+                break
+        if stopped or ended:  # as plain decoding: an end right after the limit is not seen, the finish is "length"
+            out.finish = "stop" if stopped or len(out.tokens) < self.max_new else "length"
+            self.done = True
+            return
+        self.context.extend(emitted)
+        self.done = len(out.tokens) >= self.max_new
+
+
+def active(speculation: Speculation | None) -> Speculation | None:
+    """The speculation a decode loop uses: None for plain decoding."""
+    return speculation if speculation is not None and speculation.config.mode != "plain" else None
+
+
 def generate(
     model: Any,
     cache: Any,
@@ -169,9 +249,8 @@ def generate(
     ``drafter``: a draft model whose trees replace the context's drafts when ``speculation.config.draft``.
     """
     keeper = keeper or AttentionState()
-    if not prompt:
-        raise ValueError("generate needs at least one prompt token")
-    spec = speculation if speculation is not None and speculation.config.mode != "plain" else None
+    job = Job(prompt, max_new, choose, is_end, should_stop, forced)
+    spec = active(speculation)
     drafter = drafter if spec is not None and spec.config.draft else None
     start = time.perf_counter()
     if len(prompt) > 1:  # the last prompt token is the first tree's root
@@ -179,56 +258,24 @@ def generate(
             model(input_ids=torch.tensor([list(prompt[:-1])], device=model.device), cache=cache, use_cache=True)
         if drafter is not None:
             drafter.prefill(prompt)
-    out = Decoded(tokens=[], finish="length", prefill_s=time.perf_counter() - start)
+    job.out.prefill_s = time.perf_counter() - start
     start = time.perf_counter()
-    index = ContextIndex()
-    past, root, context = len(prompt) - 1, prompt[-1], list(prompt)
+    past = len(prompt) - 1
     width = (spec.width if keeper.branching else 1) if spec is not None else 1
-    while len(out.tokens) < max_new:
-        tree, ranks, probs = TokenTree.chain(root), [0], [1.0]
-        if spec is not None:
-            depth = min(spec.config.max_depth, max_new - len(out.tokens) - 1)
-            must = forced()[:depth] if forced is not None and depth > 0 else []
-            if drafter is not None:
-                tree, ranks, probs = drafter.tree(context, must, spec.cost, spec.calibration, depth=depth,
-                                                  width=width, max_nodes=spec.config.max_nodes)  # fmt: skip
-            else:
-                trie = index.drafts(context, depth)
-                if must:
-                    trie.add(must, FORCED_SUPPORT, STRONG_MATCH)
-                tree, ranks, _ = shape_tree(root, trie, spec.acceptance, spec.cost,
-                                            max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
+    while not job.done:
+        tree, ranks, probs = job.tree(spec, width, drafter)
         keeper.before(cache)
         logits = verify(model, cache, tree, past)  # [n, V]
-        path, nxt = walk(tree, logits, choose, stop=is_end)
+        path, nxt = job.walk(tree, logits)
         if spec is not None:
             spec.acceptance.record(tree, ranks, path)
             if drafter is not None:
                 spec.calibration.record(tree, ranks, probs, path)
         keeper.commit(model, cache, past, tree, path)
         past += len(path)
-        out.steps, out.nodes = out.steps + 1, out.nodes + len(tree)
-        out.drafted, out.accepted = out.drafted + len(tree) - 1, out.accepted + len(path) - 1
-        out.accepted_lengths[len(path) - 1] = out.accepted_lengths.get(len(path) - 1, 0) + 1
-        emitted = [tree.tokens[i] for i in path[1:]]
-        ended = is_end(nxt)
-        if not ended:
-            emitted.append(nxt)
-        # token by token, as plain decoding checks: a stop (a loop, a stop string) inside the accepted drafts
-        # ends the reply where plain decoding would have ended it
-        stopped = False
-        for token in emitted[: max_new - len(out.tokens)]:
-            out.tokens.append(token)
-            if should_stop is not None and should_stop(out.tokens):
-                stopped = True
-                break
-        if stopped or ended:  # as plain decoding: an end right after the limit is not seen, the finish is "length"
-            out.finish = "stop" if stopped or len(out.tokens) < max_new else "length"
-            break
-        context.extend(emitted)
-        root = nxt
-    out.decode_s = time.perf_counter() - start
-    return out
+        job.emit(tree, path, nxt)
+    job.out.decode_s = time.perf_counter() - start
+    return job.out
 
 
 def measure_cost(
