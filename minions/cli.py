@@ -205,6 +205,8 @@ def cmd_bench_tree(args: argparse.Namespace) -> int:
         config = replace(config, llamacpp=False)
     if args.no_draft:
         config = replace(config, draft=False)
+    if args.no_batched:
+        config = replace(config, batched=False)
     return _print_lines(tree_bench(args.data, config))
 
 
@@ -223,6 +225,7 @@ def _add_bench_tree_parser(kinds: Any) -> None:
     tree.add_argument("--n-threads", type=int, help="torch CPU threads (default: all cores)")
     tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
     tree.add_argument("--no-draft", action="store_true", help="skip the draft model's chain and tree")
+    tree.add_argument("--no-batched", action="store_true", help="skip decoding the jobs together")
     tree.set_defaults(func=cmd_bench_tree)
 
 

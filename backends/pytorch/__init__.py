@@ -4,6 +4,7 @@ Importing this package imports torch; ``minions.backends.registry`` imports it o
 model is resolved, so nothing else pays for torch.
 """
 
+from . import batched
 from .backend import TransformersBackend, resolve_source
 from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
 from .draft import Acceptance, ContextIndex, CostCurve, Trie, shape_tree
@@ -30,6 +31,7 @@ __all__ = [
     "TransformersBackend",
     "Trie",
     "ancestor_mask",
+    "batched",
     "best_first",
     "generate",
     "has_recurrent_state",

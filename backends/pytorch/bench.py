@@ -5,7 +5,8 @@ the production prompt and schema, imported from the llama.cpp bench), run one af
 ``TransformersBackend``. Each repeat runs every mode in turn (a load burst hits them all), each with fresh
 acceptance counts that learn only from its own run; T(n) is measured once, before the first run. The modes:
 ``plain``; ``chain`` and ``tree`` drafting from the job's own text; ``draft_chain`` and ``draft_tree`` drafting
-with the backend's draft model (llama.cpp running the same GGUF; absent without one). One JSON line:
+with the backend's draft model (llama.cpp running the same GGUF; absent without one); ``batched``, the jobs
+decoded together, ``max_batch`` rows per forward pass, plainly. One JSON line:
 
 - ``<mode>_ms_per_token``: decode milliseconds per generated token (drafting, verify calls, grammar masks and
   sampling included; prefill excluded), the median repeat's; ``<mode>_prefill_s``: prefill seconds per job (the
@@ -45,8 +46,10 @@ RUNS: dict[str, tuple[Mode, bool]] = {
     "tree": ("tree", False),
     "draft_chain": ("chain", True),
     "draft_tree": ("tree", True),
+    "batched": ("plain", False),
 }
-"""Each run's speculation mode, and whether it drafts with the draft model."""
+"""Each run's speculation mode, and whether it drafts with the draft model; ``batched`` decodes the jobs
+together, ``max_batch`` at a time (``TransformersBackend.batch``'s batched path)."""
 TIE_EPS = 0.05
 """Logit gap under which two tokens count as tied."""
 
@@ -68,6 +71,8 @@ class TreeBenchConfig:
     """Also time llama.cpp's plain decode of the same GGUF and jobs."""
     draft: bool = True
     """Also run the draft model's chain and tree (when llama.cpp is installed)."""
+    batched: bool = True
+    """Also decode the jobs together, ``max_batch`` at a time, plainly."""
 
 
 class _Tokens:
@@ -92,7 +97,12 @@ def _jobs(data: str | os.PathLike[str] | None, backend: TransformersBackend, c: 
     return bench_jobs(chunks, config)
 
 
-def _run(backend: TransformersBackend, jobs: Sequence[ChatRequest], spec: Speculation) -> list[ChatResult]:
+def _run(
+    backend: TransformersBackend, jobs: Sequence[ChatRequest], spec: Speculation, *, batched: bool = False
+) -> list[ChatResult]:
+    if batched:
+        size = backend.max_batch
+        return [r for i in range(0, len(jobs), size) for r in backend._batch(jobs[i : i + size])]
     return [backend.complete(list(job.messages), job.params, speculation=spec) for job in jobs]
 
 
@@ -157,7 +167,8 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
         torch.set_num_threads(c.n_threads)
     start = time.perf_counter()
     backend = TransformersBackend(draft_model="auto" if c.draft else None)
-    names = [name for name, (_, draft) in RUNS.items() if not draft or backend.draft_model is not None]
+    names = [name for name, (_, draft) in RUNS.items()
+             if (not draft or backend.draft_model is not None) and (c.batched or name != "batched")]  # fmt: skip
     best = "draft_tree" if "draft_tree" in names else "tree"
     jobs = _jobs(data, backend, c)
     load = os.getloadavg()[0]
@@ -166,7 +177,7 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     for _ in range(max(1, c.repeats)):
         specs = {name: Speculation(SpecConfig(mode=RUNS[name][0], max_nodes=c.max_nodes, draft=RUNS[name][1]), cost)
                  for name in names}  # fmt: skip
-        results = {name: _run(backend, jobs, specs[name]) for name in names}
+        results = {name: _run(backend, jobs, specs[name], batched=name == "batched") for name in names}
         ms = {name: _ms_per_token(results[name]) for name in names}
         runs.append((ms, results, specs))
     runs.sort(key=lambda run: run[0]["plain"] / run[0][best])

@@ -23,19 +23,7 @@ from minions.backends.pytorch import (  # noqa: E402
     verify,
 )
 
-VOCAB = 48
-FLAT = CostCurve((1, 8, 32, 64), (1.0, 1.1, 1.3, 1.8))
-"""A cost curve like PyTorch's on a CPU: verifying many tokens costs little more than one."""
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).eval()
+from .tiny import FLAT, copy_heavy_prompt  # noqa: E402
 
 
 def new_cache(model):
@@ -52,13 +40,6 @@ def prefill(model, tokens):
 def sequential_logits(model, tokens):
     with torch.inference_mode():
         return model(input_ids=torch.tensor([tokens])).logits[0].float()
-
-
-def copy_heavy_prompt(seed: int) -> list[int]:
-    """Random text that repeats itself, so context drafts get accepted."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randint(0, VOCAB - 1, (24,), generator=g).tolist()
-    return base + base[:8] + base
 
 
 TREE = TokenTree((5, 7, 9, 11, 7, 3, 8, 2, 4), (-1, 0, 0, 0, 1, 1, 2, 4, 7))
