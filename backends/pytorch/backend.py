@@ -317,7 +317,7 @@ class TransformersBackend(BaseBackend):
         return spec.cost(size) / size < single
 
     def _batch(self, group: Sequence[ChatRequest]) -> list[ChatResult]:
-        """One group decoded together; a job that cannot run (too long, a bad schema) fails alone."""
+        """One group decoded together; a job that cannot run (a prompt too long) fails alone."""
         start = time.perf_counter()
         plain = Speculation(SpecConfig(mode="plain"), CostCurve((1,), (1.0,)))
         jobs: dict[int, tuple[Job, Chooser]] = {}
@@ -329,7 +329,8 @@ class TransformersBackend(BaseBackend):
                 except BackendError as exc:
                     results[i] = error_result(self.name, exc)
             try:
-                generate_batch(self.model, self.new_cache, [job for job, _ in jobs.values()], speculation=plain)
+                if jobs:
+                    generate_batch(self.model, self.new_cache, [job for job, _ in jobs.values()], speculation=plain)
             except RuntimeError as exc:  # torch's own errors: say which backend, keep the other groups
                 error = BackendError(f"Batched decoding failed: {exc}", backend=self.name)
                 results.update({i: error_result(self.name, error) for i in jobs})

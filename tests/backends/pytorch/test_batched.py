@@ -116,3 +116,6 @@ def test_the_backend_batches_jobs_and_each_reply_is_its_own() -> None:
         alone_ = backend.complete(list(requests[i].messages), requests[i].params, speculation=plain)
         assert results[i].stats["token_ids"] == alone_.stats["token_ids"], i
     assert "Paris" in results[0].text and results[1].text.startswith('{"city"')
+    # a group in which no job can run comes back failed, job by job
+    (only,) = backend._batch([requests[2]])
+    assert not only.ok and "reads at most" in (only.error or "")
