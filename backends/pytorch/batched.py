@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .decode import Decoded, Job, Speculation, active
-from .tree import TokenTree
+from .tree import TokenTree, additive, ancestors
 
 __all__ = ["generate_batch"]
 
@@ -34,9 +34,7 @@ the most valid cells sets the new length)."""
 
 def _mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask ``[B, 1, q, k]`` from a boolean ``[B, q, k]``."""
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
+    return additive(allowed, dtype)[:, None]
 
 
 @torch.inference_mode()
@@ -72,10 +70,7 @@ def _verify(
     for b, tree in enumerate(trees):
         ids[b, : len(tree)] = torch.tensor(tree.tokens)
         positions[b, : len(tree)] = torch.tensor([past[b] + d for d in tree.depths()])
-        for i, p in enumerate(tree.parents):
-            allowed[b, i, cells + i] = True
-            if p >= 0:
-                allowed[b, i, cells : cells + i] |= allowed[b, p, cells : cells + i]
+        allowed[b, : len(tree), cells : cells + len(tree)] = ancestors(tree)
         allowed[b, len(tree) :, :cells] = False  # padding nodes see only themselves
         for i in range(len(tree), n):
             allowed[b, i, cells + i] = True

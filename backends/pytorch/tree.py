@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TokenTree", "ancestor_mask", "keep_path", "verify", "walk"]
+__all__ = ["TokenTree", "additive", "ancestor_mask", "ancestors", "keep_path", "verify", "walk"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +75,31 @@ class TokenTree:
         return out
 
 
+def ancestors(tree: TokenTree) -> torch.Tensor:
+    """Boolean ``[n, n]``: True where node ``i`` may attend to node ``j`` (its ancestors and itself)."""
+    n = len(tree)
+    allowed = torch.zeros(n, n, dtype=torch.bool)
+    for i, p in enumerate(tree.parents):
+        allowed[i, i] = True
+        if p >= 0:  # a node sees what its parent sees (parents come first)
+            allowed[i, :i] |= allowed[p, :i]
+    return allowed
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An attention mask from a boolean one: 0 where attending is allowed, the dtype's minimum elsewhere."""
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask
+
+
 def ancestor_mask(tree: TokenTree, past: int, dtype: torch.dtype) -> torch.Tensor:
     """Additive mask ``[1, 1, n, past + n]``: 0 where node ``i`` may attend (the past, its ancestors, itself),
     the dtype's minimum elsewhere."""
     n = len(tree)
-    allowed = torch.zeros(n, past + n, dtype=torch.bool)
-    allowed[:, :past] = True
-    for i, p in enumerate(tree.parents):
-        allowed[i, past + i] = True
-        if p >= 0:  # a node sees what its parent sees (parents come first)
-            allowed[i, past : past + i] |= allowed[p, past : past + i]
-    mask = torch.zeros(n, past + n, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    allowed = torch.ones(n, past + n, dtype=torch.bool)
+    allowed[:, past:] = ancestors(tree)
+    return additive(allowed, dtype)[None, None]
 
 
 @torch.inference_mode()
