@@ -23,7 +23,18 @@ from .draft_model import Calibration, DraftTrees
 from .hybrid import AttentionState, StateKeeper
 from .tree import TokenTree, keep_path, verify, walk
 
-__all__ = ["Chooser", "Decoded", "JsonGrammar", "Mode", "SpecConfig", "Speculation", "generate", "measure_cost"]
+__all__ = [
+    "Chooser",
+    "Decoded",
+    "Job",
+    "JsonGrammar",
+    "Mode",
+    "SpecConfig",
+    "Speculation",
+    "decode",
+    "generate",
+    "measure_cost",
+]
 
 Mode = Literal["plain", "chain", "tree"]
 FORCED_SUPPORT = 1e6
@@ -248,8 +259,22 @@ def generate(
     attention KV only). ``forced()``: tokens a grammar forces next, drafted ahead of the other guesses.
     ``drafter``: a draft model whose trees replace the context's drafts when ``speculation.config.draft``.
     """
-    keeper = keeper or AttentionState()
     job = Job(prompt, max_new, choose, is_end, should_stop, forced)
+    return decode(model, cache, job, speculation=speculation, keeper=keeper, drafter=drafter)
+
+
+def decode(
+    model: Any,
+    cache: Any,
+    job: Job,
+    *,
+    speculation: Speculation | None = None,
+    keeper: StateKeeper | None = None,
+    drafter: DraftTrees | None = None,
+) -> Decoded:
+    """``generate`` for a job already made (``TransformersBackend`` makes one per request); fills in ``job.out``."""
+    keeper = keeper or AttentionState()
+    prompt = job.prompt
     spec = active(speculation)
     drafter = drafter if spec is not None and spec.config.draft else None
     start = time.perf_counter()
