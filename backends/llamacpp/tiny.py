@@ -15,7 +15,11 @@ Random weights can make greedy replies collapse into one repeated token. Weights
 layer changes its input by about as much as the input is worth (residual branches of unit gain) and the logits
 spread over a few units: replies then depend on the prompt and wander, with some repeats a drafter can guess.
 
+Random replies cannot be guessed, so speculation drafts next to nothing on these. ``copies=True`` writes an LFM2
+whose weights continue the prompt instead (``copier``: an induction head), whose replies quote their excerpt.
+
     python -m minions.backends.llamacpp.tiny lfm2 /tmp/tiny-lfm2.gguf
+    python -m minions.backends.llamacpp.tiny lfm2 /tmp/tiny-lfm2-copier.gguf --copies
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from minions.errors import ConfigError
+
+from .copier import COPIER_ROPE_BASE, HEAD, N_EMBD, copier_tensors
 
 __all__ = ["ARCHITECTURES", "TinySpec", "write_tiny_model"]
 
@@ -46,12 +52,23 @@ class TinySpec:
     n_head_kv: int = 2
     n_ff: int = 128
     context: int = 8192
+    rope_base: float = 10000.0
 
 
 ARCHITECTURES: dict[str, TinySpec] = {
     "lfm2": TinySpec("lfm2", ("recurrent", "attn", "recurrent", "attn")),
     "granitehybrid": TinySpec("granitehybrid", ("recurrent", "attn", "recurrent", "attn")),
 }
+# the LFM2 whose weights copy the prompt (``copier``)
+COPIER = TinySpec(
+    "lfm2",
+    ("recurrent", "attn", "recurrent", "attn"),
+    n_embd=N_EMBD,
+    n_head=N_EMBD // HEAD,
+    n_head_kv=1,
+    n_ff=256,
+    rope_base=COPIER_ROPE_BASE,
+)
 
 # Mamba-2 sizes of the granitehybrid model (llama.cpp supports an expansion factor of 2 only).
 _SSM_STATE = 16
@@ -62,16 +79,26 @@ _SHORTCONV_L = 3
 
 
 def write_tiny_model(
-    path: str | os.PathLike[str], arch: str = "lfm2", *, tokenizer_from: str | os.PathLike[str], seed: int = 0
+    path: str | os.PathLike[str],
+    arch: str = "lfm2",
+    *,
+    tokenizer_from: str | os.PathLike[str],
+    seed: int = 0,
+    copies: bool = False,
 ) -> Path:
-    """Write a tiny ``arch`` model (``ARCHITECTURES``) to ``path`` with the tokenizer of ``tokenizer_from``."""
+    """Write a tiny ``arch`` model (``ARCHITECTURES``) to ``path`` with the tokenizer of ``tokenizer_from``.
+
+    ``copies``: weights that continue the prompt (``copier``: an induction head), not random ones; LFM2 only.
+    """
     try:
         import gguf
     except ImportError as exc:
         raise ConfigError("Writing a tiny model needs the gguf package: pip install gguf (in '.[dev]').") from exc
     if arch not in ARCHITECTURES:
         raise ConfigError(f"No tiny model of {arch!r}: choose one of {', '.join(ARCHITECTURES)}.")
-    spec = ARCHITECTURES[arch]
+    if copies and arch != "lfm2":
+        raise ConfigError(f"Only the lfm2 architecture has copying weights, not {arch!r}.")
+    spec = COPIER if copies else ARCHITECTURES[arch]
     out = Path(path)
     source = gguf.GGUFReader(str(tokenizer_from))
     n_vocab = len(source.fields["tokenizer.ggml.tokens"].data)
@@ -80,7 +107,8 @@ def write_tiny_model(
     _copy_tokenizer(writer, source)
     rng = np.random.default_rng(seed)
     q8 = gguf.GGMLQuantizationType.Q8_0
-    for name, array in _tensors(spec, n_vocab, rng):
+    tensors = copier_tensors(n_vocab, spec.n_ff, rng) if copies else _tensors(spec, n_vocab, rng)
+    for name, array in tensors:
         if array.dtype == np.float16:  # the matrices, in Q8_0 (see the module's docstring)
             writer.add_tensor(name, gguf.quants.quantize(array.astype(np.float32), q8), raw_dtype=q8)
         else:
@@ -103,7 +131,7 @@ def _write_header(writer: Any, spec: TinySpec, n_vocab: int) -> None:
     # a layer with no KV heads is a recurrent one: that is how both architectures mark them
     writer.add_head_count_kv([spec.n_head_kv if kind == "attn" else 0 for kind in spec.layers])
     writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_freq_base(spec.rope_base)
     writer.add_vocab_size(n_vocab)
     writer.add_file_type(7)  # mostly Q8_0
     if spec.arch == "lfm2":
@@ -200,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("arch", choices=sorted(ARCHITECTURES))
     parser.add_argument("path")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--copies", action="store_true", help="weights that continue the prompt (lfm2 only)")
     args = parser.parse_args(argv)
-    out = write_tiny_model(args.path, args.arch, tokenizer_from=smollm2_path(), seed=args.seed)
+    out = write_tiny_model(args.path, args.arch, tokenizer_from=smollm2_path(), seed=args.seed, copies=args.copies)
     print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
 

@@ -1,0 +1,83 @@
+"""The tiny LFM2 built to copy (``backends.llamacpp.copier``): it continues its prompt, as an extraction reply
+quotes its excerpt, so speculation on a hybrid model drafts, is accepted, is rejected part way and rolls its
+recurrent state back on real replies, not only on scripted drafts; replies stay those of plain decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minions.backends.llamacpp.engine import Engine, EngineConfig
+from minions.backends.llamacpp.speculative import CostCurve
+from minions.errors import ConfigError
+from minions.types import ChatRequest, Message, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+REPORT = Path(__file__).parents[3] / "examples" / "northwind-annual-report-2025.md"
+
+
+@pytest.fixture(scope="module")
+def engine(copier: Path) -> Iterator[Engine]:
+    config = EngineConfig(n_ctx=4096, seq_ctx=2048, max_seqs=4, learn_drafts=False, flash_attn=True,
+                          share_prefixes=False)  # fmt: skip
+    engine = Engine(copier, config)
+    assert engine.model.memory == "hybrid"
+    yield engine
+    engine.close()
+
+
+def _requests() -> list[ChatRequest]:
+    text = REPORT.read_text()
+    excerpts = [text[:2500], text[2500:5000]]
+    questions = ("Quote the sentence about revenue.", "Quote what the report says about risks.")
+    return [ChatRequest([Message("user", f"Excerpt:\n{ex}\n\n{q}")], SamplingParams(max_tokens=64, **params))
+            for ex in excerpts for q in questions
+            for params in ({}, {"temperature": 0.7, "seed": 3})]  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_it_continues_a_sequence_from_where_its_last_tokens_occurred(engine: Engine) -> None:
+    rng = np.random.default_rng(0)
+    right = 0
+    for _ in range(10):
+        seq = [int(t) for t in rng.choice(np.arange(1000, 40000), 60, replace=False)]
+        k = int(rng.integers(3, 55))
+        logits = engine.logits_after([*seq, *seq[k - 2 : k + 1]])  # the three tokens before seq[k + 1], again
+        right += int(np.argmax(logits)) == seq[k + 1]
+    assert right == 10
+
+
+def test_its_replies_are_quotes_of_the_prompt(engine: Engine) -> None:
+    engine.clear_cache()
+    results = engine.run(_requests()[::2], speculate=False, trace_tokens=True)
+    for r in results:
+        reply, prompt = r.stats["token_ids"], r.stats["prompt_ids"]
+        grams = {tuple(prompt[i : i + 4]) for i in range(len(prompt) - 3)}
+        quoted = sum(tuple(reply[i : i + 4]) in grams for i in range(len(reply) - 3))
+        assert len(reply) > 16 and quoted >= 0.8 * (len(reply) - 3), r.text
+
+
+def test_speculation_drafts_rolls_back_and_equals_plain_on_its_replies(engine: Engine) -> None:
+    assert engine.speculator is not None
+    engine.clear_cache()
+    plain = engine.run(_requests(), speculate=False, trace_tokens=True)
+    engine.speculator.cost = CostCurve.linear(0.05)  # verify tokens nearly free: draft whenever offered
+    engine.speculator.gate = None
+    engine.clear_cache()
+    spec = engine.run(_requests(), trace_tokens=True)
+    assert [r.stats["token_ids"] for r in spec] == [r.stats["token_ids"] for r in plain]
+    batch = spec[0].stats["batch"]
+    # the context drafter's guesses of a quote are mostly right, sometimes wrong part way: both paths ran
+    assert batch["drafted"] > 100 and batch["accepted"] > 0.5 * batch["drafted"]
+    assert batch["rollbacks"] > 5 and batch["redo_tokens"] >= batch["rollbacks"]
+    assert sum(r.stats["verify_steps"] for r in spec) < 0.6 * sum(len(r.stats["token_ids"]) for r in spec)
+
+
+def test_only_lfm2_has_copying_weights(tmp_path: Path) -> None:
+    from minions.backends.llamacpp.tiny import write_tiny_model
+
+    with pytest.raises(ConfigError, match="lfm2"):
+        write_tiny_model(tmp_path / "x.gguf", "granitehybrid", tokenizer_from=REPORT, copies=True)
