@@ -240,6 +240,8 @@ class Scheduler:
         self.queue: deque[Job] = deque()
         self.active: list[Job] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
+        self.sample_s = 0.0
+        """Time in the samplers (a grammar's masking can take longer than the call): see ``_decode``."""
         self.counts: dict[str, int] = {
             k: 0 for k in BatchStats.__slots__ if k not in (*self.times, "seconds", "depths")
         }
@@ -449,12 +451,17 @@ class Scheduler:
                 self.spec.observe_call(len(jobs), batch.n, time.perf_counter() - called)
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += batch.n
-            before = sum(job.drafts.emitted for job in jobs)
+            before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
-            if self.spec is not None:  # the whole step, drafting and verifying included
+            if self.spec is not None:
+                # The whole step, drafting, verifying and rolling back included, but not the sampling: a step
+                # samples once per emitted token whether it speculated or not (a verify stops at the first
+                # mismatch), and a grammar's masking, slow inside JSON's punctuation and fast inside a quoted
+                # string, would otherwise make the speed gate compare the phases of a reply, not the two ways.
                 emitted = sum(job.drafts.emitted for job in jobs) - before
-                self.spec.observe_step(len(jobs), emitted, time.perf_counter() - start, drafted=drafting)
+                seconds = time.perf_counter() - start - (self.sample_s - sampling)
+                self.spec.observe_step(len(jobs), emitted, seconds, drafted=drafting)
         self.times["decode_s"] += time.perf_counter() - start
 
     def _drafts(self, jobs: list[Job]) -> list[Draft]:
@@ -524,7 +531,9 @@ class Scheduler:
     # -- tokens and endings ------------------------------------------------------------------------------
     def _sample(self, job: Job, logits: npt.NDArray[np.float32]) -> int:
         assert job.sampler is not None
+        start = time.perf_counter()
         token = job.sampler.sample(logits)
+        self.sample_s += time.perf_counter() - start
         job.sampled.append(token)
         if job.params.logprobs > 0:
             job.logprobs.append(top_logprobs(self.model, logits, job.params.logprobs))

@@ -25,6 +25,7 @@ whose weights continue the prompt instead (``copier``: an induction head), whose
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,10 +86,13 @@ def write_tiny_model(
     tokenizer_from: str | os.PathLike[str],
     seed: int = 0,
     copies: bool = False,
+    n_ff: int | None = None,
 ) -> Path:
     """Write a tiny ``arch`` model (``ARCHITECTURES``) to ``path`` with the tokenizer of ``tokenizer_from``.
 
     ``copies``: weights that continue the prompt (``copier``: an induction head), not random ones; LFM2 only.
+    ``n_ff``: the feed-forward width, which sets what a token costs (``--ff 24576`` makes the copier's decode
+    step cost about SmolLM2-135M's on a CPU).
     """
     try:
         import gguf
@@ -99,6 +103,8 @@ def write_tiny_model(
     if copies and arch != "lfm2":
         raise ConfigError(f"Only the lfm2 architecture has copying weights, not {arch!r}.")
     spec = COPIER if copies else ARCHITECTURES[arch]
+    if n_ff is not None:
+        spec = dataclasses.replace(spec, n_ff=n_ff)
     out = Path(path)
     source = gguf.GGUFReader(str(tokenizer_from))
     n_vocab = len(source.fields["tokenizer.ggml.tokens"].data)
@@ -229,8 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--copies", action="store_true", help="weights that continue the prompt (lfm2 only)")
+    parser.add_argument("--ff", type=int, help="feed-forward width (sets the cost of a token)")
     args = parser.parse_args(argv)
-    out = write_tiny_model(args.path, args.arch, tokenizer_from=smollm2_path(), seed=args.seed, copies=args.copies)
+    out = write_tiny_model(
+        args.path, args.arch, tokenizer_from=smollm2_path(), seed=args.seed, copies=args.copies, n_ff=args.ff
+    )
     print(f"{out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
 

@@ -20,6 +20,13 @@ restore, ``CostTable.rollback_s``) and computes its accepted tokens again in its
 accepted (``m < k``, probability ``a^m (1 - a)``) that is ``1 + m`` more tokens, so a draft of ``k`` adds
 ``R(a, k) = sum_{m<k} a^m (1 - a) (1 + m)`` tokens on average and ``T_r`` with probability ``1 - a^k``;
 ``choose_depths`` charges both, so there too a draft is chosen only where it is expected to pay.
+
+"Expected to pay" means by ``MIN_GAIN`` at least: the table was measured once, on an idle machine, at one
+context length, and it does not see what a speculative step does besides the call (drafting, verifying,
+rolling back). Where the model's gain is a few percent (a batch of 8 on a 2-core CPU, whose call costs nearly
+in proportion to its tokens: ``T(16)/T(8) ~ 1.75``) those errors decide, and they were losses: extraction at
+batch 8 on a tiny copying LFM2 0.86x-0.99x of plain decoding while the model promised a gain. A step drafts
+only where the whole step is expected to be ``MIN_GAIN`` faster than plain decoding.
 """
 
 from __future__ import annotations
@@ -113,12 +120,17 @@ def rollback_tokens(a: float, k: int) -> float:
     return 1.0 - a**k + a * (1.0 - k * a ** (k - 1) + (k - 1) * a**k) / (1.0 - a)
 
 
+MIN_GAIN = 0.05
+"""Drafting must be expected to make a step this much faster than plain decoding (see the module's docstring)."""
+
+
 def choose_depths(
     acceptance: Sequence[float],
     caps: Sequence[int],
     cost: Callable[[float], float],
     *,
     rollback_s: float | None = None,
+    min_gain: float = MIN_GAIN,
 ) -> list[int]:
     """Draft lengths ``k_i`` (0 included, at most ``caps[i]``, the length of the draft on offer) that maximise
     ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``; on recurrent memory (``rollback_s``: the seconds of one
@@ -126,9 +138,12 @@ def choose_depths(
 
     Coordinate ascent from plain decoding (all 0): each round sets the one sequence's length whose change raises
     the ratio most (any length, not just one more token: the measured curve has steps, where one more token
-    does not pay but three do); it stops when no change raises it. Plain decoding is the start, so the result
-    is never worse than plain decoding under the model. It runs at every decode step, so what each length
-    gives (tokens, call tokens, rollback seconds) is worked out once per sequence, not in every round."""
+    does not pay but three do); it stops when no change raises it. Plain decoding is the start, and it is the
+    answer unless the result beats it by ``min_gain``, so the result is never worse than plain decoding under
+    the model, and close calls go to plain decoding (the ascent itself takes any gain: at a batch of 8, each
+    sequence's draft adds little on its own, and all of them together may add enough). It runs at every decode
+    step, so what each length gives (tokens, call tokens, rollback seconds) is worked out once per sequence, not
+    in every round."""
     # per sequence and length kk: expected tokens emitted, tokens the call holds (1 + kk + expected redone),
     # seconds of expected rollback
     gains = []
@@ -144,7 +159,7 @@ def choose_depths(
     tokens = float(len(acceptance))  # sum E(a_i, 0): one token per sequence
     n = float(len(acceptance))  # tokens in the call (and, on recurrent memory, the expected ones redone)
     extra = 0.0  # seconds of expected rollbacks
-    best = tokens / cost(n) if n else 0.0
+    best = plain = tokens / cost(n) if n else 0.0
     while True:
         pick, pick_k, pick_rate = -1, 0, best * (1 + 1e-9)
         for i, rows in enumerate(gains):
@@ -155,7 +170,7 @@ def choose_depths(
                 if rate > pick_rate:
                     pick, pick_k, pick_rate = i, kk, rate
         if pick < 0:
-            return k
+            return k if best >= plain * (1.0 + min_gain) else [0] * len(k)
         (e0, n0, s0), (e1, n1, s1) = gains[pick][k[pick]], gains[pick][pick_k]
         tokens += e1 - e0
         n += n1 - n0
@@ -244,6 +259,19 @@ class CostTable:
 # -- measuring T(seqs, n) ------------------------------------------------------------------------------------
 # Tokens per sequence at which each curve is measured (1: plain decoding; 1 + k: a draft of k).
 PER_SEQ = (1, 2, 3, 4, 5, 7, 9, 13, 17)
+# and calls in which only this many sequences carry one draft token: between ``s`` and ``2 s`` tokens the cost is
+# not the straight line between them (SmolLM2 at 8 sequences: 9 tokens cost 1.20x of 8, 10 tokens 1.38x, 16
+# tokens 1.86x; a hybrid model splits a call whose sequences differ in length, 9 tokens 1.41x), and a batch's
+# first drafts are there
+RAGGED = (1, 2, 4)
+
+
+def _shapes(seqs: int, n_batch: int) -> list[tuple[int, ...]]:
+    """Tokens per sequence of each call measured for ``seqs`` sequences: every sequence the same, and a few with
+    one token more; ordered by total tokens."""
+    even = [(m,) * seqs for m in PER_SEQ if seqs * m <= n_batch]
+    ragged = [(2,) * e + (1,) * (seqs - e) for e in RAGGED if e < seqs]
+    return sorted([*even, *ragged], key=sum)
 
 
 def measure_cost_table(
@@ -256,7 +284,8 @@ def measure_cost_table(
     repeats: int = 5,
 ) -> CostTable:
     """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
-    ``PER_SEQ`` tokens each and logits for every token (as a verify call reads them), in a context made as the
+    ``PER_SEQ`` tokens each (and ``RAGGED``: a few with one more) and logits for every token (as a verify call
+    reads them), in a context made as the
     engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores. On
     recurrent memory, also the median seconds of one sequence's rollback (``CostTable.rollback_s``)."""
     from ..ffi import LlamaContext, TokenBatch
@@ -274,21 +303,22 @@ def measure_cost_table(
         ctx.decode(batch)
         for seq in range(1, max_seqs):
             ctx.seq_cp(0, seq, -1, -1)
-        sizes = [(s, m) for s in counts for m in PER_SEQ if s * m <= n_batch]
-        for s, m in (sizes[0], sizes[-1]) * 3:  # the first calls build and repack; they take seconds
-            _time_call(ctx, batch, s, m, context, rollbacks)
+        shapes = {s: _shapes(s, n_batch) for s in counts}
+        sizes = [shape for s in counts for shape in shapes[s]]
+        for shape in (sizes[0], sizes[-1]) * 3:  # the first calls build and repack; they take seconds
+            _time_call(ctx, batch, shape, context, rollbacks)
         # rounds over all sizes, not all repeats of one size in a row: a burst of load from another process then
         # spreads over every size instead of inflating one; the median of each size's calls is kept
-        times: dict[tuple[int, int], list[float]] = {size: [] for size in sizes}
+        times: dict[tuple[int, ...], list[float]] = {size: [] for size in sizes}
         for _ in range(repeats):
             for size in sizes:
-                times[size].append(_time_call(ctx, batch, *size, context, rollbacks))
+                times[size].append(_time_call(ctx, batch, size, context, rollbacks))
     finally:
         ctx.close()
     curves = []
     for s in counts:
-        points = [s * m for m in PER_SEQ if (s, m) in times]
-        seconds = [sorted(times[(s, m)])[repeats // 2] for m in PER_SEQ if (s, m) in times]
+        points = [sum(shape) for shape in shapes[s]]
+        seconds = [sorted(times[shape])[repeats // 2] for shape in shapes[s]]
         # a noisy machine can make T dip with n; the cost of more tokens is never less
         curves.append(CostCurve(tuple(points), tuple(max(seconds[: i + 1]) for i in range(len(seconds)))))
     rollback_s = sorted(rollbacks)[len(rollbacks) // 2] if rollbacks else 0.0
@@ -296,17 +326,18 @@ def measure_cost_table(
 
 
 def _time_call(
-    ctx: LlamaContext, batch: TokenBatch, seqs: int, per_seq: int, at: int, rollbacks: list[float] | None = None
+    ctx: LlamaContext, batch: TokenBatch, per_seq: Sequence[int], at: int, rollbacks: list[float] | None = None
 ) -> float:
-    """Seconds of one decode of ``per_seq`` tokens in each of sequences ``0..seqs-1`` at positions ``at...``,
-    logits for all; then undone. On recurrent memory (``rollbacks`` given) as a rejected draft is undone: each
+    """Seconds of one decode of ``per_seq[i]`` tokens in sequence ``i`` at positions ``at...``, logits for all;
+    then undone. On recurrent memory (``rollbacks`` given) as a rejected draft is undone: each
     sequence's state saved before the call and restored after, the seconds per sequence appended to ``rollbacks``."""
+    seqs = len(per_seq)
     saving = time.perf_counter()
     states = [ctx.recurrent_state(seq) for seq in range(seqs)] if rollbacks is not None else []
     saved = time.perf_counter() - saving
     batch.clear()
-    for seq in range(seqs):
-        batch.add([(31 * j + 7 + seq) % 1000 for j in range(per_seq)], at, seq, logits_last=False)
+    for seq, m in enumerate(per_seq):
+        batch.add([(31 * j + 7 + seq) % 1000 for j in range(m)], at, seq, logits_last=False)
     batch.want[: batch.n] = 1
     start = time.perf_counter()
     ctx.decode(batch)
@@ -323,7 +354,7 @@ def _time_call(
 def _cost_path(model: LlamaModel, n_threads: int, max_seqs: int, flash_attn: bool) -> Path:
     st = model.path.stat()
     key = f"{model.path.stem}-{st.st_size}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
-    return cache_dir() / "speculator" / f"cost-v2-{key}.json"
+    return cache_dir() / "speculator" / f"cost-v3-{key}.json"
 
 
 def load_or_measure_cost_table(

@@ -7,7 +7,9 @@ grows with the batch), and the call's threads fare differently when other proces
 loaded 2-core machine that made extraction at batch 8 0.93x of plain decoding while the table promised a gain.
 So the engine also measures what it gets, step by step, in units that do not depend on the batch size:
 
-- a step over ``s`` sequences that emitted ``e`` tokens in ``t`` seconds did ``w = e / s`` plain steps' work
+- a step over ``s`` sequences that emitted ``e`` tokens in ``t`` seconds (its sampling left out: both ways sample
+  once per emitted token, and a grammar makes that slow in some phases of a reply and fast in others) did
+  ``w = e / s`` plain steps' work
   (a plain step emits one token per sequence) in ``u = t / T_s(s)`` table-plain-steps' time;
 - plain steps give the plain pace ``u_plain``; each speculative step gives its rate ``w / u``; the measured gain
   is ``rate x u_plain``, both medians over the latest steps (``window``): one step slowed by something that is

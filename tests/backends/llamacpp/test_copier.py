@@ -4,7 +4,9 @@ recurrent state back on real replies, not only on scripted drafts; replies stay 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.speculative import CostCurve
+from minions.backends.llamacpp.speculative.gate import SpeedGate
 from minions.errors import ConfigError
 from minions.types import ChatRequest, Message, SamplingParams
 
@@ -81,3 +84,34 @@ def test_only_lfm2_has_copying_weights(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="lfm2"):
         write_tiny_model(tmp_path / "x.gguf", "granitehybrid", tokenizer_from=REPORT, copies=True)
+
+
+def test_the_speed_gate_times_steps_without_their_sampling(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a grammar's masking can take longer than the call, and more inside JSON's punctuation than inside a quote:
+    # in the gate's step times it would compare the phases of a reply instead of speculative and plain steps
+    from minions.backends.llamacpp.sampling import SequenceSampler
+
+    spec = engine.speculator
+    assert spec is not None
+    sample, observe = SequenceSampler.sample, spec.observe_step
+    steps: list[tuple[bool, float]] = []
+
+    def slow_sample(self: SequenceSampler, logits: np.ndarray) -> int:  # type: ignore[type-arg]
+        time.sleep(0.05)
+        return sample(self, logits)
+
+    def record(seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
+        steps.append((drafted, seconds))
+        observe(seqs, emitted, seconds, drafted=drafted)
+
+    monkeypatch.setattr(SequenceSampler, "sample", slow_sample)
+    monkeypatch.setattr(spec, "observe_step", record)
+    spec.cost = CostCurve.linear(0.05)
+    spec.gate = SpeedGate()
+    engine.clear_cache()
+    request = _requests()[0]
+    results = engine.run([replace(request, params=replace(request.params, max_tokens=40))], trace_tokens=True)
+    assert all(r.ok for r in results)
+    # every step sampled at least once (50 ms); the steps, drafted and plain, take a few ms without it
+    assert {drafted for drafted, _ in steps} == {True, False}
+    assert max(seconds for _, seconds in steps) < 0.04

@@ -248,7 +248,10 @@ def test_cost_table_interpolates_between_sequence_counts() -> None:
     assert CostTable.from_dict(table.to_dict()) == table
     # a call shared by 8 sequences costs more per draft token than one sequence's: fewer drafts pay there
     assert choose_depths([0.6] * 8, [4] * 8, eight) == [0] * 8
-    assert choose_depths([0.6], [4], one) != [0]
+    assert choose_depths([0.8], [4], one) != [0]
+    # at 0.6 one sequence's draft of 2 gains 0.5% under the model: a close call goes to plain decoding
+    assert choose_depths([0.6], [4], one, min_gain=0.0) == [2]
+    assert choose_depths([0.6], [4], one) == [0]
 
 
 def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
