@@ -168,7 +168,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-    names = ("model", "document", "chunks", "max_tokens", "n_threads", "k_max", "repeats", "background_load")
+    names = ("model", "document", "chunks", "max_tokens", "n_threads", "k_max", "repeats", "background_load", "noise")
     config = _given(SpecBenchConfig(), args, names)
     if args.batches:
         config = replace(config, batches=tuple(args.batches))
@@ -191,6 +191,9 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec.add_argument("--repeats", type=int, help=f"plain/speculative pairs per setting (default {d.repeats})")
     spec.add_argument(
         "--background-load", type=int, help="busy processes, one core each, kept running while it measures (default 0)"
+    )
+    spec.add_argument(
+        "--noise", action="store_true", default=None, help="also time plain against plain (the machine's noise)"
     )
     spec.set_defaults(func=cmd_bench_speculative)
 

@@ -14,6 +14,8 @@ run starts with no cached prompts. One JSON line per setting:
   them with);
 - ``gate``: the speed gate at the end of the speculative run (``speculative.gate``): the measured gain of its
   speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
+- ``plain_vs_plain`` (with ``noise``): a second plain run in every pair against the first, the ratios that the
+  same work gives on this machine: speedups within their spread are not told apart from 1.0;
 - ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
   tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
 """
@@ -62,6 +64,9 @@ class SpecBenchConfig:
     background_load: int = 0
     """Busy processes (each spinning one core) kept running through the measurement: a loaded machine made on
     purpose, so that "on a loaded machine" is something to measure again, not a load that happened to be there."""
+    noise: bool = False
+    """Also run a second plain run in every pair (``plain_vs_plain``: its ratio to the first, in alternating
+    order): the spread two runs of the same work show on this machine, beside the speedups."""
     tie_eps: float = 1.0
     """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
     kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
@@ -145,17 +150,21 @@ def speculative_bench(
             for batch in c.batches:
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
-                runs = []
+                runs, noise = [], []
                 for r in range(max(1, c.repeats)):  # plain and speculative in turn: a load burst hits both
-                    done: dict[bool, list[ChatResult]] = {}
-                    for speculate in (False, True) if r % 2 == 0 else (True, False):
+                    done: dict[str, list[ChatResult]] = {}
+                    sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
+                    for side in sides if r % 2 == 0 else sides[::-1]:
                         engine.clear_cache()
                         speculator.reset()
-                        done[speculate] = engine.run(jobs, speculate=speculate, max_active=batch, trace_tokens=True)
+                        speculate = side == "spec"
+                        done[side] = engine.run(jobs, speculate=speculate, max_active=batch, trace_tokens=True)
                         if speculate:
                             gate = speculator.gate.to_dict() if speculator.gate is not None else {}
-                    plain, spec = done[False], done[True]
+                    plain, spec = done["plain"], done["spec"]
                     runs.append((_tok_s(plain), _tok_s(spec), plain, spec, gate))
+                    if c.noise:
+                        noise.append(round(_tok_s(done["again"]) / _tok_s(plain), 3))
                 runs.sort(key=lambda r: r[1] / r[0])
                 plain_tok_s, spec_tok_s, plain, spec, gate = runs[len(runs) // 2]  # the median pair by speedup
                 b = spec[0].stats["batch"]
@@ -167,6 +176,7 @@ def speculative_bench(
                     "spec_tok_s": round(spec_tok_s, 1),
                     "speedup": round(spec_tok_s / plain_tok_s, 3),
                     "speedups": [round(r[1] / r[0], 3) for r in runs],
+                    **({"plain_vs_plain": noise, "noise_median": sorted(noise)[len(noise) // 2]} if c.noise else {}),
                     "acceptance": round(b["accepted"] / b["drafted"], 3) if b["drafted"] else None,
                     "acceptance_by_drafter": _by_drafter(spec),
                     "tokens_per_step": round(_emitted(spec) / max(1, _steps(spec)), 3),
