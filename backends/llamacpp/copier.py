@@ -7,16 +7,18 @@ drafts from the prompt are right where a real model's would be, and wrong where 
 
 How, in the residual stream (``n_embd`` 384, one 128-wide head does the work):
 
-- every token has a random code of two unit halves, ``a`` and ``b`` (50 dimensions each); its embedding holds
-  the code and a constant dimension;
-- layer 0, a short convolution (kernel 3), writes the previous token's ``a`` and ``b`` and the one before's
-  ``b`` (gates read the constant, so the convolution passes codes through unchanged);
-- layer 1, attention: position ``i`` asks for ``a(t[i])`` and ``b(t[i-1])``; position ``j`` offers
-  ``a(t[j-1])`` and ``b(t[j-2])``. The best match is a position that followed the same two tokens, a weaker one
-  followed the same last token; its value, ``t[j]``'s code, goes to an output block that ``output.weight``
-  reads. So the model continues the prompt from where its last two tokens occurred (a majority where several
-  continuations compete), and a little against repeating its current token;
-- layers 2 and 3 compute and add nothing (their output projections are zero): their cost and their state are real.
+- every token has a random code of three unit parts, ``a``, ``b`` and ``c`` (33 dimensions each); its embedding
+  holds the code and a constant dimension;
+- layer 0, a short convolution (kernel 3), writes the previous token's ``a`` and ``b`` and the one before's ``b``
+  and ``c``; layer 2's writes the ``c`` of the token three back (gates read the constant, so the convolutions pass
+  codes through unchanged);
+- layer 3, attention: position ``i`` asks for ``a(t[i])``, ``b(t[i-1])`` and ``c(t[i-2])``; position ``j`` offers
+  ``a(t[j-1])``, ``b(t[j-2])`` and ``c(t[j-3])``. The best match is a position that followed the same three tokens,
+  a weaker one the same two, or the last one; its value, ``t[j]``'s code, goes to an output block that
+  ``output.weight`` reads. So the model continues the prompt from where its last tokens occurred (a majority where
+  several continuations compete), and a little against repeating its current token;
+- layer 1 (attention) computes and adds nothing, and every feed-forward block is zero: their cost and the
+  layers' state are real (``n_ff`` sets the cost of a token).
 
 RoPE would turn query and key apart with distance. With a base of 1e38 the slowest frequencies turn less than
 0.05 radians over the context, so the codes use only those dimensions of the head (under both pair layouts).
