@@ -193,7 +193,10 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
         "--background-load", type=int, help="busy processes, one core each, kept running while it measures (default 0)"
     )
     spec.add_argument(
-        "--noise", action="store_true", default=None, help="also time plain against plain (the machine's noise)"
+        "--noise",
+        action="store_true",
+        default=None,
+        help="a second plain run in every pair: plain against plain (the noise), speedups over both plain runs",
     )
     spec.set_defaults(func=cmd_bench_speculative)
 

@@ -15,13 +15,16 @@ run starts with no cached prompts. One JSON line per setting:
 - ``gate``: the speed gate at the end of the speculative run (``speculative.gate``): the measured gain of its
   speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
 - ``plain_vs_plain`` (with ``noise``): a second plain run in every pair against the first, the ratios that the
-  same work gives on this machine: speedups within their spread are not told apart from 1.0;
+  same work gives on this machine: speedups within their spread are not told apart from 1.0. The speculative run
+  then runs between the two plain ones, and its speedup is over their geometric mean, which cancels a machine
+  that speeds up or slows down through the pair;
 - ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
   tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -162,9 +165,12 @@ def speculative_bench(
                         if speculate:
                             gate = speculator.gate.to_dict() if speculator.gate is not None else {}
                     plain, spec = done["plain"], done["spec"]
-                    runs.append((_tok_s(plain), _tok_s(spec), plain, spec, gate))
-                    if c.noise:
-                        noise.append(round(_tok_s(done["again"]) / _tok_s(plain), 3))
+                    baseline = _tok_s(plain)
+                    if c.noise:  # the speculative run sits between the two plain ones: their mean cancels a drift
+                        again = _tok_s(done["again"])
+                        noise.append(round(again / baseline, 3))
+                        baseline = math.sqrt(baseline * again)
+                    runs.append((baseline, _tok_s(spec), plain, spec, gate))
                 runs.sort(key=lambda r: r[1] / r[0])
                 plain_tok_s, spec_tok_s, plain, spec, gate = runs[len(runs) // 2]  # the median pair by speedup
                 b = spec[0].stats["batch"]
