@@ -311,22 +311,23 @@ def measure_cost(
     sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     repeats: int = 3,
 ) -> CostCurve:
-    """T(n): the fastest of ``repeats`` verify forwards over ``n`` chained tokens after ``past`` cached tokens."""
+    """T(n): the fastest of ``repeats`` verify forwards over ``n`` chained tokens after ``past`` cached tokens,
+    timed in rounds over all sizes (a burst of other work then slows one call of several sizes, not every call of
+    one size, which the curve's monotone repair below would carry to every larger size)."""
     vocab = int(model.config.vocab_size)
     ids = [(7 * i + 3) % vocab for i in range(past + max(sizes))]
     cache = new_cache()
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids[:past]], device=model.device), cache=cache, use_cache=True)
-    seconds = []
-    for n in sizes:
-        times = []
-        for _ in range(repeats + 1):  # the first call warms up this shape
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats + 1):  # the first round warms up every shape
+        for n in sizes:
             tree = TokenTree.chain(ids[past], ids[past + 1 : past + n])
             t0 = time.perf_counter()
             verify(model, cache, tree, past)
-            times.append(time.perf_counter() - t0)
+            times[n].append(time.perf_counter() - t0)
             keep_path(cache, past, [])
-        seconds.append(min(times[1:]))  # the fastest: other work on the machine only ever adds time
+    seconds = [min(times[n][1:]) for n in sizes]  # the fastest: other work on the machine only ever adds time
     # measured noise must not make a bigger forward look cheaper than a smaller one
     for i in range(1, len(seconds)):
         seconds[i] = max(seconds[i], seconds[i - 1])
