@@ -459,9 +459,14 @@ class Scheduler:
                 # samples once per emitted token whether it speculated or not (a verify stops at the first
                 # mismatch), and a grammar's masking, slow inside JSON's punctuation and fast inside a quoted
                 # string, would otherwise make the speed gate compare the phases of a reply, not the two ways.
-                emitted = sum(job.drafts.emitted for job in jobs) - before
-                seconds = time.perf_counter() - start - (self.sample_s - sampling)
-                self.spec.observe_step(len(jobs), emitted, seconds, drafted=drafting)
+                # A step that could draft but whose drafts were all cut to nothing tested no speculation: it is
+                # neither a speculative step (the gate would judge drafting by steps that verified no draft, and
+                # back off from it) nor a plain one (its drafters ran).
+                verified = any(draft.tokens for draft in drafts)
+                if verified or not drafting:
+                    emitted = sum(job.drafts.emitted for job in jobs) - before
+                    seconds = time.perf_counter() - start - (self.sample_s - sampling)
+                    self.spec.observe_step(len(jobs), emitted, seconds, drafted=verified)
         self.times["decode_s"] += time.perf_counter() - start
 
     def _drafts(self, jobs: list[Job]) -> list[Draft]:

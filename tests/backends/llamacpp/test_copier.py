@@ -115,3 +115,43 @@ def test_the_speed_gate_times_steps_without_their_sampling(engine: Engine, monke
     # every step sampled at least once (50 ms); the steps, drafted and plain, take a few ms without it
     assert {drafted for drafted, _ in steps} == {True, False}
     assert max(seconds for _, seconds in steps) < 0.04
+
+
+def test_the_speed_gate_judges_speculation_by_steps_that_verified_drafts(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a step whose drafts were all cut to nothing is plain decoding plus its drafters' time: counted as a
+    # speculative step, it made the gate back off from drafting for hundreds of steps (SmolLM2, extraction)
+    spec = engine.speculator
+    assert spec is not None
+    drafting, propose, observe = spec.drafting, spec.propose, spec.observe_step
+    steps: list[list[tuple[str, bool]]] = []  # per decode step: may it draft, did it, what the gate was told
+
+    def may_draft() -> bool:
+        steps.append([("may draft", drafting())])
+        return steps[-1][0][1]
+
+    def proposed(jobs: list[tuple[int, list[int], int]]) -> list[object]:
+        drafts = propose(jobs)
+        steps[-1].append(("drafted", any(d.tokens for d in drafts)))
+        return drafts  # type: ignore[return-value]
+
+    def observed(seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
+        steps[-1].append(("told", drafted))
+        observe(seqs, emitted, seconds, drafted=drafted)
+
+    monkeypatch.setattr(spec, "drafting", may_draft)
+    monkeypatch.setattr(spec, "propose", proposed)
+    monkeypatch.setattr(spec, "observe_step", observed)
+    spec.cost = CostCurve((1, 2, 4, 8), (1.0, 1.6, 2.2, 3.5))  # drafts pay only where they are likely right
+    spec.gate = SpeedGate()
+    engine.clear_cache()
+    assert all(r.ok for r in engine.run(_requests()[:4], trace_tokens=True))
+    kinds = {tuple(step) for step in steps}
+    # plain steps are plain; steps that verified drafts are speculative; steps whose drafts were all cut are
+    # neither, and all three happened
+    assert kinds == {
+        (("may draft", False), ("told", False)),
+        (("may draft", True), ("drafted", True), ("told", True)),
+        (("may draft", True), ("drafted", False)),
+    }
