@@ -60,15 +60,9 @@ ARCHITECTURES: dict[str, TinySpec] = {
     "lfm2": TinySpec("lfm2", ("recurrent", "attn", "recurrent", "attn")),
     "granitehybrid": TinySpec("granitehybrid", ("recurrent", "attn", "recurrent", "attn")),
 }
-# the LFM2 whose weights copy the prompt (``copier``)
-COPIER = TinySpec(
-    "lfm2",
-    ("recurrent", "attn", "recurrent", "attn"),
-    n_embd=N_EMBD,
-    n_head=N_EMBD // HEAD,
-    n_head_kv=1,
-    n_ff=256,
-    rope_base=COPIER_ROPE_BASE,
+# the LFM2 whose weights copy the prompt (``copier``): the same layers, wider, one KV head
+COPIER = dataclasses.replace(
+    ARCHITECTURES["lfm2"], n_embd=N_EMBD, n_head=N_EMBD // HEAD, n_head_kv=1, n_ff=256, rope_base=COPIER_ROPE_BASE
 )
 
 # Mamba-2 sizes of the granitehybrid model (llama.cpp supports an expansion factor of 2 only).

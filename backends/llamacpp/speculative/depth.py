@@ -285,9 +285,9 @@ def measure_cost_table(
 ) -> CostTable:
     """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
     ``PER_SEQ`` tokens each (and ``RAGGED``: a few with one more) and logits for every token (as a verify call
-    reads them), in a context made as the
-    engine makes its own; median of ``repeats`` calls. About 10-20 seconds for SmolLM2-135M on 2 cores. On
-    recurrent memory, also the median seconds of one sequence's rollback (``CostTable.rollback_s``)."""
+    reads them), in a context made as the engine makes its own; median of ``repeats`` calls. About 10-20 seconds
+    for SmolLM2-135M on 2 cores. On recurrent memory, also the median seconds of one sequence's rollback
+    (``CostTable.rollback_s``)."""
     from ..ffi import LlamaContext, TokenBatch
 
     counts = sorted({1, *(2**i for i in range(1, 8) if 2**i < max_seqs), max_seqs})

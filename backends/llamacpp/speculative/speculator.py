@@ -185,8 +185,8 @@ class Speculator:
     def observe_step(self, seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
         """A decode step over ``seqs`` sequences emitted ``emitted`` tokens in ``seconds`` (drafting, the call
         and verifying); ``drafted``: it verified drafts (a step whose drafts were all cut to nothing is not
-        reported). Feeds the speed gate, in units of the
-        table's plain step for ``seqs`` sequences (ignored until the table is there)."""
+        reported). Feeds the speed gate, in units of the table's plain step for ``seqs`` sequences (ignored until
+        the table is there)."""
         if self._cost is None or self.gate is None or seqs <= 0:
             return
         plain = max(1e-9, self._cost.at(seqs)(seqs))
