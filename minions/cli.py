@@ -168,7 +168,18 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-    names = ("model", "document", "chunks", "max_tokens", "n_threads", "k_max", "repeats", "background_load", "noise")
+    names = (
+        "model",
+        "document",
+        "chunks",
+        "max_tokens",
+        "n_threads",
+        "k_max",
+        "repeats",
+        "background_load",
+        "noise",
+        "turn",
+    )
     config = _given(SpecBenchConfig(), args, names)
     if args.batches:
         config = replace(config, batches=tuple(args.batches))
@@ -197,6 +208,12 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
         action="store_true",
         default=None,
         help="a second plain run in every pair: plain against plain (the noise), speedups over both plain runs",
+    )
+    spec.add_argument(
+        "--turn",
+        type=float,
+        help=f"seconds each run of a pair holds the cores before the other's turn; 0: one after another "
+        f"(default {d.turn})",
     )
     spec.set_defaults(func=cmd_bench_speculative)
 

@@ -128,13 +128,15 @@ class Engine:
         trace_tokens: bool = False,
         speculate: bool | None = None,
         max_active: int | None = None,
+        before_step: Callable[[], None] | None = None,
     ) -> list[ChatResult]:
         """Run every request; results in request order. A failed job is a ``finish_reason="error"`` result.
 
         ``seed`` is for requests without one. ``trace_tokens`` adds each job's prompt and sampled token ids (the
         end-of-generation token included) to its ``stats`` as ``prompt_ids`` and ``token_ids``. ``speculate``:
         None follows the config; False decodes plainly (a baseline). ``max_active`` caps the jobs in flight
-        (the batch size; default ``max_seqs``)."""
+        (the batch size; default ``max_seqs``). ``before_step`` is called before every step, outside its timing
+        (a benchmark's runs take their steps in turn)."""
         if speculate and self.speculator is None:
             raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
         spec = self.speculator if speculate is None or speculate else None
@@ -151,6 +153,7 @@ class Engine:
             speculator=spec,
             max_active=max_active,
             prefixes=self.prefixes,
+            before_step=before_step,
         )
         try:
             jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]

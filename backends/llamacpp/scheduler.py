@@ -224,6 +224,7 @@ class Scheduler:
         speculator: Speculator | None = None,
         max_active: int | None = None,
         prefixes: PrefixCache | None = None,
+        before_step: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -237,6 +238,7 @@ class Scheduler:
         self.cancel = cancel
         self.trace = trace
         self.lane = lane
+        self.before_step = before_step
         self.queue: deque[Job] = deque()
         self.active: list[Job] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
@@ -261,6 +263,8 @@ class Scheduler:
                 return
             self._resolve_waits()
             self._admit()
+            if self.before_step is not None:
+                self.before_step()
             self._step()
 
     def _admit(self) -> None:

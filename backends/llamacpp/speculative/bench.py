@@ -1,10 +1,13 @@
-"""``minions bench speculative``: plain vs speculative decoding through the same engine, same process.
+"""``minions bench speculative``: plain vs speculative decoding of the same jobs on the same model, same process.
 
 Settings: ``extraction`` (Minions-style JSON jobs over FinanceBench excerpts, greedy, the engine benchmark's
-job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8, through
-one ``Engine`` (``run(speculate=False)`` is the baseline). Every speculative run starts with fresh drafters (it
-learns only from the jobs of its own run), so no run gains from having seen another run's replies, and every
-run starts with no cached prompts. One JSON line per setting:
+job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8. A
+pair's runs are the same jobs through two engines over the same model, one decoding plainly
+(``run(speculate=False)``, the baseline) and one speculating, and they run at the same time, taking the cores
+in turns of a quarter of a second (``turn``): whatever else the machine does falls on both alike. Every
+speculative run starts with fresh drafters and a fresh speed gate (it learns only from the jobs of its own
+run), so no run gains from having seen another run's replies, and every run starts with no cached prompts. One
+JSON line per setting:
 
 - ``plain_tok_s`` / ``spec_tok_s``: generated tokens per second of decode steps (drafting, the verify call and
   sampling included; prefill excluded), and ``speedup``: the median of ``repeats`` pairs run in turn (all of
@@ -14,10 +17,9 @@ run starts with no cached prompts. One JSON line per setting:
   them with);
 - ``gate``: the speed gate at the end of the speculative run (``speculative.gate``): the measured gain of its
   speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
-- ``plain_vs_plain`` (with ``noise``): a second plain run in every pair against the first, the ratios that the
-  same work gives on this machine: speedups within their spread are not told apart from 1.0. The speculative run
-  then runs between the two plain ones, and its speedup is over their geometric mean, which cancels a machine
-  that speeds up or slows down through the pair;
+- ``plain_vs_plain`` (with ``noise``): a third run in every pair, plain again, against the first: the ratios
+  that the same work gives, so speedups within their spread are not told apart from 1.0; the speedup is then
+  over the geometric mean of the two plain runs;
 - ``identical_outputs``: jobs whose token ids equal plain decoding's; the others are ``near_ties`` when the two
   tokens at the first difference are within ``tie_eps`` in logits recomputed alone, else ``mismatches``.
 """
@@ -28,9 +30,11 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
@@ -62,14 +66,19 @@ class SpecBenchConfig:
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = 8
     repeats: int = 3
-    """Plain and speculative runs per setting, in turn (plain first, then speculative first, and so on: a load
-    that rises or falls through the pairs favours neither side); the line reports the median pair (by speedup)."""
+    """Pairs of plain and speculative runs per setting (plain first, then speculative first, and so on); the
+    line reports the median pair (by speedup)."""
     background_load: int = 0
     """Busy processes (each spinning one core) kept running through the measurement: a loaded machine made on
     purpose, so that "on a loaded machine" is something to measure again, not a load that happened to be there."""
     noise: bool = False
     """Also run a second plain run in every pair (``plain_vs_plain``: its ratio to the first, in alternating
     order): the spread two runs of the same work show on this machine, beside the speedups."""
+    turn: float = 0.25
+    """Seconds each run of a pair holds the cores before the next one's turn (the runs alternate, each in its own
+    engine, until all are done); 0 runs them one after another. Load on this machine comes and goes over
+    seconds: two plain runs of the same work one after another differ by up to 25% here (50% under load), taking
+    turns by a fraction of a second by 1-3%."""
     tie_eps: float = 1.0
     """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
     kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
@@ -137,36 +146,40 @@ def speculative_bench(
     c = config or SpecBenchConfig()
     pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once
     model = c.model or default_local_model()
-    engine = Engine(model, EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max,
-                                        learn_drafts=False))  # fmt: skip
-    speculator = engine.speculator
-    assert speculator is not None
-    n_threads = engine.config.threads
-    cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
-    speculator.cost = cost
-    chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
+    sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
+    cfg = EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max, learn_drafts=False)
+    engines: list[Engine] = []
+    spinners: list[subprocess.Popen[bytes]] = []
     lines = []
-    spinners = [_spin() for _ in range(c.background_load)]
     try:
+        for _ in sides:  # an engine for each run of a pair, so that they can take turns
+            engines.append(Engine(model, cfg))
+        engine = engines[0]
+        n_threads = engine.config.threads
+        cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
+        for e in engines:
+            assert e.speculator is not None
+            e.speculator.cost = cost
+        chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
+        spinners = [_spin() for _ in range(c.background_load)]
         for setting in c.settings:
             jobs = _jobs(setting, chunks, c)
             for batch in c.batches:
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
                 runs, noise = [], []
-                for r in range(max(1, c.repeats)):  # plain and speculative in turn: a load burst hits both
-                    done: dict[str, list[ChatResult]] = {}
-                    sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
-                    for side in sides if r % 2 == 0 else sides[::-1]:
-                        engine.clear_cache()
-                        speculator.reset()
-                        speculate = side == "spec"
-                        done[side] = engine.run(jobs, speculate=speculate, max_active=batch, trace_tokens=True)
-                        if speculate:
-                            gate = speculator.gate.to_dict() if speculator.gate is not None else {}
+                for r in range(max(1, c.repeats)):
+                    # who goes first alternates (a load burst hits both), and the runs change engines (one may sit
+                    # in memory that is a little faster)
+                    roles = {side: engines[(k + r) % len(engines)] for k, side in enumerate(sides)}
+                    order = sides if r % 2 == 0 else sides[::-1]
+                    done = _pair({side: roles[side] for side in order}, jobs, batch, c.turn)
+                    speculator = roles["spec"].speculator
+                    assert speculator is not None
+                    gate = speculator.gate.to_dict() if speculator.gate is not None else {}
                     plain, spec = done["plain"], done["spec"]
                     baseline = _tok_s(plain)
-                    if c.noise:  # the speculative run sits between the two plain ones: their mean cancels a drift
+                    if c.noise:  # the geometric mean of both plain runs: it cancels a drift through the pair
                         again = _tok_s(done["again"])
                         noise.append(round(again / baseline, 3))
                         baseline = math.sqrt(baseline * again)
@@ -207,8 +220,78 @@ def speculative_bench(
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
-        engine.close()
+        for e in engines:
+            e.close()
     return lines
+
+
+def _pair(engines: dict[str, Engine], jobs: list[ChatRequest], batch: int, turn: float) -> dict[str, list[ChatResult]]:
+    """Run ``jobs`` through each engine (``"spec"`` speculates), fresh: no cached prompts, no learnt drafts
+    or speed gate. With ``turn`` > 0 the runs share the cores in turns of about that many seconds (a step is
+    never cut), so a load that comes and goes falls on all of them alike; else one after another."""
+    turns = _Turns(len(engines)) if turn > 0 else None
+    done: dict[str, list[ChatResult]] = {}
+    failed: list[BaseException] = []
+
+    def run(i: int, side: str) -> None:
+        engine = engines[side]
+        try:
+            engine.clear_cache()
+            if engine.speculator is not None:
+                engine.speculator.reset()
+            before = None if turns is None else partial(turns.take, i, turn)
+            done[side] = engine.run(jobs, speculate=side == "spec", max_active=batch, trace_tokens=True,
+                                    before_step=before)  # fmt: skip
+        except BaseException as e:  # raised again in the caller's thread
+            failed.append(e)
+        finally:
+            if turns is not None:
+                turns.leave(i)
+
+    if turns is None:
+        for i, side in enumerate(engines):
+            run(i, side)
+    else:
+        threads = [threading.Thread(target=run, args=(i, side), daemon=True) for i, side in enumerate(engines)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failed:
+        raise failed[0]
+    return done
+
+
+class _Turns:
+    """Runs in threads that take the cores in turn: each calls ``take(i, seconds)`` before every step, and keeps
+    its turn until it has held it that long; ``leave(i)`` when it is done."""
+
+    def __init__(self, n: int) -> None:
+        self._cond = threading.Condition()
+        self._active = list(range(n))
+        self._turn = 0
+        self._since: float | None = None
+        """When the holder's turn began (None: it has not taken a step in it yet)."""
+
+    def take(self, i: int, seconds: float) -> None:
+        with self._cond:
+            if self._turn == i and self._since is not None and time.perf_counter() - self._since >= seconds:
+                self._pass(self._active.index(i) + 1)
+            self._cond.wait_for(lambda: self._turn == i)
+            if self._since is None:
+                self._since = time.perf_counter()
+
+    def leave(self, i: int) -> None:
+        with self._cond:
+            k = self._active.index(i)
+            self._active.remove(i)
+            if self._turn == i and self._active:
+                self._pass(k)
+
+    def _pass(self, k: int) -> None:
+        """The turn goes to the ``k``-th active run (modulo their number)."""
+        self._turn, self._since = self._active[k % len(self._active)], None
+        self._cond.notify_all()
 
 
 def _spin() -> subprocess.Popen[bytes]:

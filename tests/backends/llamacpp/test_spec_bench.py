@@ -1,20 +1,80 @@
-"""``minions bench speculative`` on a tiny random-weight hybrid model: the pairs run in alternating order, the
-line carries what a reader needs to trust the ratio (plain against plain too), and a loaded machine made on
-purpose goes away after."""
+"""``minions bench speculative``: the runs of a pair take the cores in turns, never at once; on a tiny
+random-weight hybrid model the line carries what a reader needs to trust the ratio (plain against plain too),
+and a loaded machine made on purpose goes away after."""
 
 from __future__ import annotations
 
 import subprocess
+import time
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from minions.backends.llamacpp.speculative import bench
 from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 
-pytestmark = pytest.mark.slow
+
+class StepsEngine:
+    """Stands in for an ``Engine``: ``steps`` steps of ``step_s`` seconds, each logged as (name, start, end)."""
+
+    speculator = None
+
+    def __init__(self, name: str, steps: int, log: list[tuple[str, float, float]], *, step_s: float = 0.004,
+                 fail_at: int | None = None) -> None:  # fmt: skip
+        self.name, self.steps, self.log, self.step_s, self.fail_at = name, steps, log, step_s, fail_at
+
+    def clear_cache(self) -> None:
+        pass
+
+    def run(self, jobs: Any, *, before_step: Any, **_: Any) -> list[Any]:
+        for k in range(self.steps):
+            if before_step is not None:
+                before_step()
+            if k == self.fail_at:
+                raise RuntimeError(f"{self.name} failed")
+            start = time.perf_counter()
+            time.sleep(self.step_s)
+            self.log.append((self.name, start, time.perf_counter()))
+        return [self.name]
 
 
+def test_the_runs_of_a_pair_take_turns_and_never_step_at_once() -> None:
+    log: list[tuple[str, float, float]] = []
+    engines: dict[str, Any] = {"plain": StepsEngine("plain", 30, log), "spec": StepsEngine("spec", 12, log),
+                               "again": StepsEngine("again", 30, log)}  # fmt: skip
+
+    done = bench._pair(engines, [], 8, 0.02)
+
+    assert done == {"plain": ["plain"], "spec": ["spec"], "again": ["again"]}
+    assert len(log) == 72
+    ordered = sorted(log, key=lambda e: e[1])
+    assert all(a[2] <= b[1] for a, b in pairwise(ordered))  # no two steps overlap
+    turns = [ordered[0][0]] + [b[0] for a, b in pairwise(ordered) if b[0] != a[0]]
+    assert len(turns) >= 6 and turns[:3] == ["plain", "spec", "again"]  # in turn, in the order given
+
+
+def test_runs_one_after_another_without_turns() -> None:
+    log: list[tuple[str, float, float]] = []
+    engines: dict[str, Any] = {"spec": StepsEngine("spec", 5, log), "plain": StepsEngine("plain", 5, log)}
+
+    bench._pair(engines, [], 8, 0.0)
+
+    assert [name for name, _, _ in log] == ["spec"] * 5 + ["plain"] * 5
+
+
+def test_a_run_that_fails_lets_the_others_finish_then_raises() -> None:
+    log: list[tuple[str, float, float]] = []
+    engines: dict[str, Any] = {"plain": StepsEngine("plain", 20, log), "spec": StepsEngine("spec", 20, log, fail_at=3)}
+
+    with pytest.raises(RuntimeError, match="spec failed"):
+        bench._pair(engines, [], 8, 0.01)
+
+    assert sum(name == "plain" for name, _, _ in log) == 20  # it did not wait for a turn that never came
+
+
+@pytest.mark.slow
 def test_the_bench_runs_pairs_under_a_background_load_and_stops_it(
     tiny_models: dict[str, Path], benchmark_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
