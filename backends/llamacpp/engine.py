@@ -34,9 +34,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -128,15 +129,36 @@ class Engine:
         trace_tokens: bool = False,
         speculate: bool | None = None,
         max_active: int | None = None,
-        before_step: Callable[[], None] | None = None,
     ) -> list[ChatResult]:
         """Run every request; results in request order. A failed job is a ``finish_reason="error"`` result.
 
         ``seed`` is for requests without one. ``trace_tokens`` adds each job's prompt and sampled token ids (the
         end-of-generation token included) to its ``stats`` as ``prompt_ids`` and ``token_ids``. ``speculate``:
         None follows the config; False decodes plainly (a baseline). ``max_active`` caps the jobs in flight
-        (the batch size; default ``max_seqs``). ``before_step`` is called before every step, outside its timing
-        (a benchmark's runs take their steps in turn)."""
+        (the batch size; default ``max_seqs``)."""
+        steps = self.steps(requests, on_token=on_token, on_result=on_result, cancel=cancel, seed=seed,
+                           trace_tokens=trace_tokens, speculate=speculate, max_active=max_active)  # fmt: skip
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return cast("list[ChatResult]", done.value)
+
+    def steps(
+        self,
+        requests: Sequence[ChatRequest],
+        *,
+        on_token: OnToken | None = None,
+        on_result: OnResult | None = None,
+        cancel: CancelToken | None = None,
+        seed: int = 0,
+        trace_tokens: bool = False,
+        speculate: bool | None = None,
+        max_active: int | None = None,
+    ) -> Generator[None, None, list[ChatResult]]:
+        """``run``, one step at a time: each ``next()`` makes one step (a decode call and a prompt chunk), and
+        the generator returns what ``run`` returns. Time between steps is nobody's: a benchmark lets several
+        engines take turns on the cores from one thread. Closing it early ends the run's jobs."""
         if speculate and self.speculator is None:
             raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
         spec = self.speculator if speculate is None or speculate else None
@@ -153,17 +175,16 @@ class Engine:
             speculator=spec,
             max_active=max_active,
             prefixes=self.prefixes,
-            before_step=before_step,
         )
         try:
             jobs = [self._prepare(i, r, seed, run) for i, r in enumerate(requests)]
             fits = self.lane.slots.capacity
-            run.execute(self.lane, [j for j in jobs if j.state == "queued" and j.need <= fits])
+            yield from run.execute(self.lane, [j for j in jobs if j.state == "queued" and j.need <= fits])
             large = [j for j in jobs if j.state == "queued"]
             if large:  # one at a time, in a context of n_ctx cells (unless cancelled: then they just end)
-                run.execute(self.lane if cancel is not None and cancel.cancelled else self._long(), large)
+                yield from run.execute(self.lane if cancel is not None and cancel.cancelled else self._long(), large)
         except BaseException:
-            run.abandon()  # a callback raised, or an interrupt: free what the jobs held, then let it go on up
+            run.abandon()  # a callback raised, an interrupt, the steps closed early: free what the jobs held
             raise
         finally:
             if spec is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,7 +224,6 @@ class Scheduler:
         speculator: Speculator | None = None,
         max_active: int | None = None,
         prefixes: PrefixCache | None = None,
-        before_step: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.config = config
@@ -238,7 +237,6 @@ class Scheduler:
         self.cancel = cancel
         self.trace = trace
         self.lane = lane
-        self.before_step = before_step
         self.queue: deque[Job] = deque()
         self.active: list[Job] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
@@ -251,8 +249,8 @@ class Scheduler:
         self.started = time.perf_counter()
 
     # -- the loop ----------------------------------------------------------------------------------------
-    def execute(self, lane: Lane, jobs: list[Job]) -> None:
-        """Run ``jobs`` on ``lane`` until all are done (or the run is cancelled)."""
+    def execute(self, lane: Lane, jobs: list[Job]) -> Iterator[None]:
+        """Run ``jobs`` on ``lane`` until all are done (or the run is cancelled), one step per iteration."""
         self.lane = lane
         if self.config.share_prefixes:
             jobs = sorted(jobs, key=lambda j: j.prompt)  # common prefixes side by side: computed once
@@ -263,8 +261,7 @@ class Scheduler:
                 return
             self._resolve_waits()
             self._admit()
-            if self.before_step is not None:
-                self.before_step()
+            yield
             self._step()
 
     def _admit(self) -> None:

@@ -30,11 +30,9 @@ import math
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
@@ -75,10 +73,10 @@ class SpecBenchConfig:
     """Also run a second plain run in every pair (``plain_vs_plain``: its ratio to the first, in alternating
     order): the spread two runs of the same work show on this machine, beside the speedups."""
     turn: float = 0.25
-    """Seconds each run of a pair holds the cores before the next one's turn (the runs alternate, each in its own
-    engine, until all are done); 0 runs them one after another. Load on this machine comes and goes over
-    seconds: two plain runs of the same work one after another differ by up to 25% here (50% under load), taking
-    turns by a fraction of a second by 1-3%."""
+    """Seconds each run of a pair holds the cores before the next one's turn: the runs alternate, each in its own
+    engine, driven step by step (``Engine.steps``) from one thread until all are done; 0 runs them one after
+    another. Load on this machine comes and goes over seconds: two plain runs of the same work one after another
+    differ by up to 25% here (50% under load)."""
     tie_eps: float = 1.0
     """A verify call's logits differ from a one-token call's by up to ~1.0 at a quarter of steps (llama.cpp's CPU
     kernels round a call over several tokens differently): plain top-2 gaps under this may flip."""
@@ -227,71 +225,30 @@ def speculative_bench(
 
 def _pair(engines: dict[str, Engine], jobs: list[ChatRequest], batch: int, turn: float) -> dict[str, list[ChatResult]]:
     """Run ``jobs`` through each engine (``"spec"`` speculates), fresh: no cached prompts, no learnt drafts
-    or speed gate. With ``turn`` > 0 the runs share the cores in turns of about that many seconds (a step is
-    never cut), so a load that comes and goes falls on all of them alike; else one after another."""
-    turns = _Turns(len(engines)) if turn > 0 else None
+    or speed gate. With ``turn`` > 0 the runs take the cores in turns of about that many seconds (a step is never
+    cut), in the order given, so a load that comes and goes falls on all of them alike; else one after another.
+    One thread drives them all: llama.cpp's OpenMP threads are much slower here when several threads of a process
+    start parallel regions (a plain run in a second thread decoded at 46 tokens/s where the main thread's did 73)."""
+    runs: dict[str, Generator[None, None, list[ChatResult]]] = {}
+    for side, engine in engines.items():
+        engine.clear_cache()
+        if engine.speculator is not None:
+            engine.speculator.reset()
+        runs[side] = engine.steps(jobs, speculate=side == "spec", max_active=batch, trace_tokens=True)
     done: dict[str, list[ChatResult]] = {}
-    failed: list[BaseException] = []
-
-    def run(i: int, side: str) -> None:
-        engine = engines[side]
-        try:
-            engine.clear_cache()
-            if engine.speculator is not None:
-                engine.speculator.reset()
-            before = None if turns is None else partial(turns.take, i, turn)
-            done[side] = engine.run(jobs, speculate=side == "spec", max_active=batch, trace_tokens=True,
-                                    before_step=before)  # fmt: skip
-        except BaseException as e:  # raised again in the caller's thread
-            failed.append(e)
-        finally:
-            if turns is not None:
-                turns.leave(i)
-
-    if turns is None:
-        for i, side in enumerate(engines):
-            run(i, side)
-    else:
-        threads = [threading.Thread(target=run, args=(i, side), daemon=True) for i, side in enumerate(engines)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    if failed:
-        raise failed[0]
+    try:
+        while len(done) < len(runs):
+            for side, steps in runs.items():
+                start = time.perf_counter()
+                while side not in done and (turn <= 0 or time.perf_counter() - start < turn):
+                    try:
+                        next(steps)
+                    except StopIteration as end:
+                        done[side] = end.value
+    finally:
+        for steps in runs.values():
+            steps.close()  # a run that has not ended (another one raised) frees what its jobs hold
     return done
-
-
-class _Turns:
-    """Runs in threads that take the cores in turn: each calls ``take(i, seconds)`` before every step, and keeps
-    its turn until it has held it that long; ``leave(i)`` when it is done."""
-
-    def __init__(self, n: int) -> None:
-        self._cond = threading.Condition()
-        self._active = list(range(n))
-        self._turn = 0
-        self._since: float | None = None
-        """When the holder's turn began (None: it has not taken a step in it yet)."""
-
-    def take(self, i: int, seconds: float) -> None:
-        with self._cond:
-            if self._turn == i and self._since is not None and time.perf_counter() - self._since >= seconds:
-                self._pass(self._active.index(i) + 1)
-            self._cond.wait_for(lambda: self._turn == i)
-            if self._since is None:
-                self._since = time.perf_counter()
-
-    def leave(self, i: int) -> None:
-        with self._cond:
-            k = self._active.index(i)
-            self._active.remove(i)
-            if self._turn == i and self._active:
-                self._pass(k)
-
-    def _pass(self, k: int) -> None:
-        """The turn goes to the ``k``-th active run (modulo their number)."""
-        self._turn, self._since = self._active[k % len(self._active)], None
-        self._cond.notify_all()
 
 
 def _spin() -> subprocess.Popen[bytes]:

@@ -217,6 +217,29 @@ def test_a_raising_callback_leaves_the_engine_clean(engine: Engine) -> None:
     assert all(r.ok for r in engine.run([ask("What is revenue?", max_tokens=4)]))
 
 
+def test_steps_make_the_run_a_step_at_a_time_and_closing_them_ends_it_cleanly(engine: Engine, model_path: Path) -> None:
+    requests = [ask("What is revenue?", max_tokens=6), ask("What is profit?", max_tokens=6)]
+    steps = engine.steps(requests, trace_tokens=True)
+    taken = 0
+    while True:
+        try:
+            next(steps)
+            taken += 1
+        except StopIteration as done:
+            results = done.value
+            break
+    assert taken >= 6  # a prompt step, then a step per token
+    assert_same_as_alone(engine, one_at_a_time(model_path, requests, n_ctx=N_CTX), results)
+
+    steps = engine.steps([ask(f"Write a long story about {n}.", max_tokens=100) for n in range(3)])
+    for _ in range(8):
+        next(steps)
+    steps.close()  # the caller stops driving it: its jobs go, and their sequences with them
+    for slot in engine.lane.slots.slots:
+        assert slot.job is None and engine.lane.ctx.seq_pos_max(slot.seq) == len(slot.tokens) - 1
+    assert all(r.ok for r in engine.run([ask("What is revenue?", max_tokens=4)]))
+
+
 def test_kv_books_match_llama_cpp_after_runs(engine: Engine) -> None:
     engine.run([ask(q, max_tokens=6) for q in ("One?", "Two?", "Three?", "Four?", "Five?")])
     for slot in engine.lane.slots.slots:
