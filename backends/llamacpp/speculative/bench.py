@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from subprocess import DEVNULL
 from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
@@ -252,5 +253,7 @@ def _pair(engines: dict[str, Engine], jobs: list[ChatRequest], batch: int, turn:
 
 
 def _spin() -> subprocess.Popen[bytes]:
-    """A process that keeps one core busy until it is killed."""
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    """A process that keeps one core busy until it is killed, or until the bench is gone (killed itself, it
+    cannot kill its spinners: they must not load the machine on)."""
+    code = f"import os\nwhile os.getppid() == {os.getpid()}: pass"
+    return subprocess.Popen([sys.executable, "-c", code], stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL)

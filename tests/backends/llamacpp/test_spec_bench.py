@@ -5,6 +5,7 @@ and a loaded machine made on purpose goes away after."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Generator
 from itertools import groupby, pairwise
@@ -77,6 +78,25 @@ def test_a_run_that_fails_ends_the_others_and_raises() -> None:
         bench._pair({"plain": plain, "spec": spec}, [], 8, 0.01)
 
     assert plain.closed_early  # its jobs were ended (Engine.steps frees what they hold), not left running
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie is not running
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_busy_process_stops_when_the_bench_is_killed() -> None:
+    code = "from minions.backends.llamacpp.speculative.bench import _spin; print(_spin().pid, flush=True)"
+    out = subprocess.run([sys.executable, "-c", f"{code}; import os; os._exit(0)"], capture_output=True, text=True)
+    pid = int(out.stdout)  # its parent ended without killing it
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(pid)
 
 
 @pytest.mark.slow
