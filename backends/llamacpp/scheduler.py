@@ -430,7 +430,7 @@ class Scheduler:
         """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
         logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
         start = time.perf_counter()
-        drafting = self.spec is not None and self.spec.drafting()  # its speed gate may make this step plain
+        drafting = self.spec is not None and self.spec.drafting(len(jobs))  # its speed gate may make this plain
         drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
         batch = self.lane.batch
         batch.clear()

@@ -5,7 +5,7 @@ the table was measured. A step costs more than its call, and only when it specul
 run, every proposal is scored against what the step emitted, rejected cells are rolled back (Python time that
 grows with the batch), and the call's threads fare differently when other processes share the cores. On a
 loaded 2-core machine that made extraction at batch 8 0.93x of plain decoding while the table promised a gain.
-So the engine also measures what it gets, step by step, in units that do not depend on the batch size:
+So the engine also measures what it gets, step by step, for each batch size class apart (``SpeedGate``):
 
 - a step over ``s`` sequences that emitted ``e`` tokens in ``t`` seconds (its sampling left out: both ways sample
   once per emitted token, and a grammar makes that slow in some phases of a reply and fast in others) did
@@ -31,13 +31,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SpeedGate"]
+__all__ = ["SpeedGate", "size_class"]
 
 
 @dataclass
 class SpeedGate:
-    """Speculative vs plain steps, measured; ``speculate()`` says what the next step does, ``observe`` what
-    it took."""
+    """Speculative vs plain steps, measured, apart for each batch size class (``size_class``): speculation that
+    pays for one sequence (1.2-1.8x here) can lose at eight, where a call costs nearly in proportion to its
+    tokens, and one measure for both kept it on at eight (an extraction run at batch 8 at 0.93x of plain
+    decoding, its gate's gain 1.46 from the run's last, smaller steps). ``speculate(seqs)`` says what the next
+    step over ``seqs`` sequences does, ``observe`` what it took."""
 
     probe_every: int = 16
     min_steps: int = 8
@@ -45,6 +48,89 @@ class SpeedGate:
     max_backoff: int = 512
     window: int = 16
     """Latest plain and speculative steps that are compared."""
+    trials: dict[int, Trial] = field(default_factory=dict)
+    """Each size class's measurements."""
+    last: int = 1
+    """The size class observed last (``gain`` is its gain)."""
+
+    def _trial(self, seqs: int) -> Trial:
+        size = size_class(seqs)
+        if size not in self.trials:
+            self.trials[size] = Trial(self.window)
+        return self.trials[size]
+
+    def speculate(self, seqs: int = 1) -> bool:
+        """Whether the next decode step over ``seqs`` sequences drafts: no while its size class backs off and
+        on every ``probe_every``-th step of it (the second too, while it has seen no plain step)."""
+        t = self._trial(seqs)
+        t.step += 1
+        if t.backoff > 0:
+            t.backoff -= 1
+            if t.backoff == 0:
+                t.rates.clear()  # a fresh trial
+        elif (not t.plain and t.step == 2) or t.step % self.probe_every == 0:
+            pass
+        else:
+            return True
+        t.plain_steps += 1
+        return False
+
+    def observe(self, drafted: bool, work: float, pace: float, seqs: int = 1) -> None:
+        """A step over ``seqs`` sequences did ``work`` plain steps' work (emitted tokens / sequences) in ``pace``
+        plain steps' time (seconds / the table's plain step for its sequences); ``drafted``: it was a
+        speculative step."""
+        if pace <= 0.0:
+            return
+        t, self.last = self._trial(seqs), size_class(seqs)
+        if not drafted:
+            t.plain.append(pace)
+            return
+        t.rates.append((work, pace))
+        gain = t.gain
+        if gain is None or len(t.rates) < self.min_steps:
+            return
+        if gain < 1.0:  # speculation loses here and now: plain decoding for a while, longer each time in a row
+            t.next_backoff = min(self.max_backoff, max(self.backoff_steps, 2 * t.next_backoff))
+            t.backoff = t.next_backoff
+            t.losses += 1
+        else:
+            t.next_backoff = 0
+
+    @property
+    def gain(self) -> float | None:
+        """Measured tokens per second of speculative steps over plain ones in the size class observed last
+        (None until both are seen)."""
+        t = self.trials.get(self.last)
+        return None if t is None else t.gain
+
+    @property
+    def losses(self) -> int:
+        return sum(t.losses for t in self.trials.values())
+
+    @property
+    def plain_steps(self) -> int:
+        """Steps the gate made plain (probes and back-off)."""
+        return sum(t.plain_steps for t in self.trials.values())
+
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.trials.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        gains = {size: None if t.gain is None else round(t.gain, 3) for size, t in sorted(self.trials.items())}
+        return {"gain": gains, "gated_plain_steps": self.plain_steps, "losses": self.losses}
+
+
+def size_class(seqs: int) -> int:
+    """1, 2-3, 4-7, 8-15, ...: the largest power of two not above ``seqs``."""
+    return 1 << (max(1, seqs).bit_length() - 1)
+
+
+@dataclass
+class Trial:
+    """One size class's latest plain and speculative steps, and its back-off."""
+
+    window: int
     plain: deque[float] = field(init=False)
     """Paces of the latest plain steps: seconds over the table's plain step (``u``)."""
     rates: deque[tuple[float, float]] = field(init=False)
@@ -54,57 +140,16 @@ class SpeedGate:
     next_backoff: int = 0
     step: int = 0
     plain_steps: int = 0
-    """Steps the gate made plain (probes and back-off)."""
     losses: int = 0
 
     def __post_init__(self) -> None:
         self.plain = deque(maxlen=self.window)
         self.rates = deque(maxlen=self.window)
 
-    def speculate(self) -> bool:
-        """Whether the next decode step drafts: no while backing off and on every ``probe_every``-th step (the
-        second step too, while no plain step has been seen)."""
-        self.step += 1
-        if self.backoff > 0:
-            self.backoff -= 1
-            if self.backoff == 0:
-                self.rates.clear()  # a fresh trial
-        elif (not self.plain and self.step == 2) or self.step % self.probe_every == 0:
-            pass
-        else:
-            return True
-        self.plain_steps += 1
-        return False
-
-    def observe(self, drafted: bool, work: float, pace: float) -> None:
-        """A step did ``work`` plain steps' work (emitted tokens / sequences) in ``pace`` plain steps' time
-        (seconds / the table's plain step for its sequences); ``drafted``: it was a speculative step."""
-        if pace <= 0.0:
-            return
-        if not drafted:
-            self.plain.append(pace)
-            return
-        self.rates.append((work, pace))
-        gain = self.gain
-        if gain is None or len(self.rates) < self.min_steps:
-            return
-        if gain < 1.0:  # speculation loses here and now: plain decoding for a while, longer each time in a row
-            self.next_backoff = min(self.max_backoff, max(self.backoff_steps, 2 * self.next_backoff))
-            self.backoff = self.next_backoff
-            self.losses += 1
-        else:
-            self.next_backoff = 0
-
     @property
     def gain(self) -> float | None:
-        """Measured tokens per second of speculative steps over plain ones (None until both are seen)."""
         if not self.plain or not self.rates:
             return None
         work = sum(w for w, _ in self.rates)
         spent = sum(u for _, u in self.rates)
         return work / spent * sum(self.plain) / len(self.plain)
-
-    def to_dict(self) -> dict[str, Any]:
-        gain = self.gain
-        return {"gain": None if gain is None else round(gain, 3), "gated_plain_steps": self.plain_steps,
-                "losses": self.losses}  # fmt: skip

@@ -177,10 +177,11 @@ class Speculator:
         old = self._calibration.get(drafted)
         self._calibration[drafted] = ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old)
 
-    def drafting(self) -> bool:
-        """Whether the next decode step drafts at all: always with a fixed ``depth``, else as the speed gate
-        says (plain while measured speculative steps have been slower than plain ones; see ``gate``)."""
-        return self.depth is not None or self.gate is None or self.gate.speculate()
+    def drafting(self, seqs: int = 1) -> bool:
+        """Whether the next decode step over ``seqs`` sequences drafts at all: always with a fixed ``depth``,
+        else as the speed gate says (plain while measured speculative steps over as many sequences have been
+        slower than plain ones; see ``gate``)."""
+        return self.depth is not None or self.gate is None or self.gate.speculate(seqs)
 
     def observe_step(self, seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
         """A decode step over ``seqs`` sequences emitted ``emitted`` tokens in ``seconds`` (drafting, the call
@@ -190,7 +191,7 @@ class Speculator:
         if self._cost is None or self.gate is None or seqs <= 0:
             return
         plain = max(1e-9, self._cost.at(seqs)(seqs))
-        self.gate.observe(drafted, emitted / seqs, seconds / plain)
+        self.gate.observe(drafted, emitted / seqs, seconds / plain, seqs)
 
     def learn(self, seq: int, draft: Draft, emitted: Sequence[int], *, ended: bool = False) -> None:
         """Score every drafter's proposal against the tokens the step emitted (``ended``: the job's reply ended

@@ -127,8 +127,8 @@ def test_the_speed_gate_judges_speculation_by_steps_that_verified_drafts(
     drafting, propose, observe = spec.drafting, spec.propose, spec.observe_step
     steps: list[list[tuple[str, bool]]] = []  # per decode step: may it draft, did it, what the gate was told
 
-    def may_draft() -> bool:
-        steps.append([("may draft", drafting())])
+    def may_draft(seqs: int = 1) -> bool:
+        steps.append([("may draft", drafting(seqs))])
         return steps[-1][0][1]
 
     def proposed(jobs: list[tuple[int, list[int], int]]) -> list[Draft]:

@@ -3,13 +3,11 @@ when they measure faster. Simulated machines (step times given), through the rea
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from minions.backends.llamacpp.speculative import CostTable, ScriptedDrafter, Speculator
 from minions.backends.llamacpp.speculative.depth import CostCurve
-from minions.backends.llamacpp.speculative.gate import SpeedGate
+from minions.backends.llamacpp.speculative.gate import SpeedGate, size_class
 
 # One sequence: 10 ms a plain call; eight: 30 ms.
 TABLE = CostTable((1, 8), (CostCurve((1, 2, 9), (0.010, 0.014, 0.040)), CostCurve((8, 16, 72), (0.030, 0.050, 0.200))))
@@ -29,7 +27,7 @@ def _run(spec: Speculator, steps: int, gain_of_step: float, seqs: int = 8, slowd
     drafted = tokens = 0
     seconds = 0.0
     for _ in range(steps):
-        drafting = spec.drafting()
+        drafting = spec.drafting(seqs)
         if drafting:
             drafted += 1
             emitted, took = 2 * seqs, plain_s * 2 / gain_of_step
@@ -68,16 +66,20 @@ def test_the_gate_follows_the_machine_as_it_changes() -> None:
     assert winning["speedup"] > 1.1
 
 
-def test_units_do_not_depend_on_the_batch() -> None:
-    """Plain steps at one sequence and speculative ones at eight compare through the table's plain steps."""
-    gate = SpeedGate()
-    for seqs, step in itertools.islice(itertools.cycle([(1, 0), (8, 1)]), 40):
-        plain_s = TABLE.at(seqs)(seqs)
-        if step == 0:
-            gate.observe(False, 1.0, plain_s * 2 / plain_s)  # the machine runs at half the table's speed
-        else:
-            gate.observe(True, 1.5, plain_s * 2 / plain_s)  # 1.5 tokens per sequence in a plain step's time
-    assert gate.gain == pytest.approx(1.5)
+def test_each_batch_size_is_judged_apart() -> None:
+    """Speculation that wins for one sequence and loses for eight stays on for one and goes off for eight, in
+    one run that mixes both (a batch whose jobs end one by one)."""
+    spec = _speculator()
+    for _ in range(10):
+        _run(spec, 30, gain_of_step=1.5, seqs=1)
+        _run(spec, 30, gain_of_step=0.8, seqs=8)
+    assert spec.gate.trials[8].losses >= 2 and spec.gate.trials[1].losses == 0
+    alone, eight = _run(spec, 200, gain_of_step=1.5, seqs=1), _run(spec, 200, gain_of_step=0.8, seqs=8)
+    assert alone["drafted"] > 0.9 and eight["drafted"] < 0.1
+
+
+def test_size_classes() -> None:
+    assert [size_class(s) for s in (0, 1, 2, 3, 4, 7, 8, 15, 16)] == [1, 1, 2, 2, 4, 4, 8, 8, 16]
 
 
 def test_a_fixed_depth_always_drafts_and_no_table_no_judgement() -> None:
