@@ -53,8 +53,7 @@ class SpeedGate:
     last: int = 1
     """The size class observed last (``gain`` is its gain)."""
 
-    def _trial(self, seqs: int) -> Trial:
-        size = size_class(seqs)
+    def _trial(self, size: int) -> Trial:
         if size not in self.trials:
             self.trials[size] = Trial(self.window)
         return self.trials[size]
@@ -62,7 +61,7 @@ class SpeedGate:
     def speculate(self, seqs: int = 1) -> bool:
         """Whether the next decode step over ``seqs`` sequences drafts: no while its size class backs off and
         on every ``probe_every``-th step of it (the second too, while it has seen no plain step)."""
-        t = self._trial(seqs)
+        t = self._trial(size_class(seqs))
         t.step += 1
         if t.backoff > 0:
             t.backoff -= 1
@@ -81,7 +80,8 @@ class SpeedGate:
         speculative step."""
         if pace <= 0.0:
             return
-        t, self.last = self._trial(seqs), size_class(seqs)
+        self.last = size_class(seqs)
+        t = self._trial(self.last)
         if not drafted:
             t.plain.append(pace)
             return
