@@ -449,7 +449,7 @@ class Scheduler:
         called = time.perf_counter()
         if self._call(plan):
             if self.spec is not None:
-                self.spec.observe_call(len(jobs), batch.n, time.perf_counter() - called)
+                self.spec.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += batch.n
             before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
@@ -478,7 +478,7 @@ class Scheduler:
              min(share - len(j.redo), self.lane.slots.capacity - j.n_past - len(j.redo) - 1,
                  j.max_new - len(j.generated)))
             for j in jobs
-        ])  # fmt: skip
+        ], carried=[1 + len(j.redo) for j in jobs])  # fmt: skip
 
     def _verify(self, job: Job, draft: Draft, row: int) -> None:
         """Emit the job's own sampler's tokens while they equal the draft (``rules.sample_compare``: lossless

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from .depth import (
     AcceptanceTracker,
+    CallCost,
     CostCurve,
     CostTable,
     choose_depths,
@@ -26,6 +27,7 @@ from .speculator import Draft, DraftStats, Speculator, default_drafters
 
 __all__ = [
     "AcceptanceTracker",
+    "CallCost",
     "ContextLookup",
     "CostCurve",
     "CostTable",

@@ -5,14 +5,23 @@ draft pays only when the tokens it is expected to add outweigh the extra time of
 acceptance ``a`` (the chance that a draft token is accepted given the ones before it were), a draft of ``k``
 tokens emits ``1 + a + a^2 + ... + a^k = (1 - a^(k+1)) / (1 - a)`` tokens per step (the ``1`` is the token the
 target emits anyway). A batch of sequences shares one call: with draft lengths ``k_i`` it costs
-``T(sum_i (1 + k_i))`` and emits ``sum_i E(a_i, k_i)`` tokens; ``choose_depths`` maximises that ratio, and
-``k_i = 0`` everywhere (plain decoding) is always a candidate, so by the model's own estimate speculation never
-makes a step slower.
+``T(1 + k_1, ..., 1 + k_s)`` (below) and emits ``sum_i E(a_i, k_i)`` tokens; ``choose_depths`` maximises that
+ratio, and ``k_i = 0`` everywhere (plain decoding) is always a candidate, so by the model's own estimate
+speculation never makes a step slower.
 
 ``T`` depends on how many sequences share the call, not only on its tokens: each sequence has its own KV
 stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
-512-token contexts, ``measure_cost_table``) one sequence with 9 tokens takes 47 ms, 8 sequences with 1 token
-each 51 ms, and 8 with 2 each 84 ms. So ``CostTable`` measures a curve per number of sequences.
+512-token contexts, ``measure_cost_table``) one sequence with 9 tokens takes 39 ms, 8 sequences with 1 token
+each 39 ms, and 8 with 2 each 67 ms. So ``CostTable`` measures a curve per number of sequences, each over calls
+in which every sequence carries the same number of tokens.
+
+A call in which they carry different numbers is not a point on such a curve: llama.cpp runs a call over several
+KV streams as ubatches in which every sequence present carries the same number of tokens (``split_equal``), so
+sequences carrying 9, 1, 1, 1, 1, 1, 1 and 1 tokens run as 8 x 1 and then 1 x 8: 73 ms, where 16 tokens in 8 x 2
+take 67 ms and 5, 3, 2 and five 1s (15 tokens) 95 ms, four passes over the weights. ``CallCost`` composes a call's
+cost from those ubatches, and ``choose_depths`` weighs each draft by it: at 8 sequences a draft for one or two of
+them costs a pass of its own, and pays only as long as what it adds outweighs that (even drafts for all of them
+share one).
 
 On recurrent and hybrid models a rejected draft costs more than its verify tokens: the recurrent state cannot drop
 the rejected tokens, so the sequence goes back to a checkpoint taken before the call (``T_r`` seconds to save and
@@ -48,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AcceptanceTracker",
+    "CallCost",
     "CostCurve",
     "CostTable",
     "choose_depths",
@@ -127,55 +137,105 @@ MIN_GAIN = 0.05
 def choose_depths(
     acceptance: Sequence[float],
     caps: Sequence[int],
-    cost: Callable[[float], float],
+    cost: Callable[[Sequence[float]], float],
     *,
+    base: Sequence[int] | None = None,
     rollback_s: float | None = None,
     min_gain: float = MIN_GAIN,
 ) -> list[int]:
     """Draft lengths ``k_i`` (0 included, at most ``caps[i]``, the length of the draft on offer) that maximise
-    ``sum_i E(a_i, k_i) / T(sum_i (1 + k_i))``; on recurrent memory (``rollback_s``: the seconds of one
-    rollback) ``sum_i E(a_i, k_i) / (T(sum_i (1 + k_i + R(a_i, k_i))) + rollback_s sum_i (1 - a_i^k_i))``.
+    ``sum_i E(a_i, k_i) / T(b_1 + k_1, ..., b_s + k_s)``, where ``cost`` is ``T`` (seconds of a call whose
+    sequences carry these many tokens: ``CallCost``) and ``b_i`` (``base``, 1 by default) the tokens sequence ``i``
+    carries without a draft (its pending token and any it computes again); on recurrent memory (``rollback_s``:
+    the seconds of one rollback) each sequence also carries ``R(a_i, k_i)`` and the call costs ``rollback_s
+    sum_i (1 - a_i^k_i)`` more.
 
-    Coordinate ascent from plain decoding (all 0): each round sets the one sequence's length whose change raises
-    the ratio most (any length, not just one more token: the measured curve has steps, where one more token
-    does not pay but three do); it stops when no change raises it. Plain decoding is the start, and it is the
-    answer unless the result beats it by ``min_gain``, so the result is never worse than plain decoding under
-    the model, and close calls go to plain decoding (the ascent itself takes any gain: at a batch of 8, each
-    sequence's draft adds little on its own, and all of them together may add enough). It runs at every decode
-    step, so what each length gives (tokens, call tokens, rollback seconds) is worked out once per sequence, not
-    in every round."""
-    # per sequence and length kk: expected tokens emitted, tokens the call holds (1 + kk + expected redone),
-    # seconds of expected rollback
+    Coordinate ascent: from the best of plain decoding and every even draft (each sequence ``min(d, caps[i])``:
+    at 8 sequences a lone draft costs a pass of its own, and only drafts for many of them together may pay), each
+    round sets the one sequence's length whose change raises the ratio most (any length, not just one more
+    token: the measured curve has steps, where one more token does not pay but three do); it stops when no
+    change raises it. The result is plain decoding unless it beats it by ``min_gain``, so it is never worse than
+    plain decoding under the model, and close calls go to plain decoding. It runs at every decode step, so what
+    each length gives (tokens, tokens in the call, rollback seconds) is worked out once per sequence, not in
+    every round."""
+    # per sequence and length kk: expected tokens emitted, tokens it carries in the call (b + kk + expected
+    # redone), seconds of expected rollback
     gains = []
-    for a, cap in zip(acceptance, caps, strict=True):
+    for i, (a, cap) in enumerate(zip(acceptance, caps, strict=True)):
+        b = 1.0 if base is None else float(base[i])
         rows = []
         for kk in range(cap + 1):
             redo, secs = (
                 (0.0, 0.0) if rollback_s is None or kk == 0 else (rollback_tokens(a, kk), rollback_s * (1.0 - a**kk))
             )
-            rows.append((expected_tokens(a, kk), 1.0 + kk + redo, secs))
+            rows.append((expected_tokens(a, kk), b + kk + redo, secs))
         gains.append(rows)
-    k = [0] * len(acceptance)
-    tokens = float(len(acceptance))  # sum E(a_i, 0): one token per sequence
-    n = float(len(acceptance))  # tokens in the call (and, on recurrent memory, the expected ones redone)
-    extra = 0.0  # seconds of expected rollbacks
-    best = plain = tokens / cost(n) if n else 0.0
+
+    def rate(k: Sequence[int]) -> float:
+        picked = [rows[kk] for rows, kk in zip(gains, k, strict=True)]
+        return sum(r[0] for r in picked) / (cost([r[1] for r in picked]) + sum(r[2] for r in picked))
+
+    if not gains:
+        return []
+    k = [0] * len(gains)
+    best = plain = rate(k)
+    for d in range(1, max(caps) + 1):
+        even = [min(d, cap) for cap in caps]
+        r = rate(even)
+        if r > best:
+            k, best = even, r
+    tokens = sum(rows[kk][0] for rows, kk in zip(gains, k, strict=True))
+    lengths = [rows[kk][1] for rows, kk in zip(gains, k, strict=True)]
+    extra = sum(rows[kk][2] for rows, kk in zip(gains, k, strict=True))
     while True:
         pick, pick_k, pick_rate = -1, 0, best * (1 + 1e-9)
         for i, rows in enumerate(gains):
             e0, n0, s0 = rows[k[i]]
-            base_tokens, base_n, base_extra = tokens - e0, n - n0, extra - s0
+            base_tokens, base_extra = tokens - e0, extra - s0
             for kk, (e, nn, secs) in enumerate(rows):
-                rate = (base_tokens + e) / (cost(base_n + nn) + base_extra + secs)
-                if rate > pick_rate:
-                    pick, pick_k, pick_rate = i, kk, rate
+                if kk == k[i]:
+                    continue
+                lengths[i] = nn
+                r = (base_tokens + e) / (cost(lengths) + base_extra + secs)
+                if r > pick_rate:
+                    pick, pick_k, pick_rate = i, kk, r
+            lengths[i] = n0
         if pick < 0:
             return k if best >= plain * (1.0 + min_gain) else [0] * len(k)
-        (e0, n0, s0), (e1, n1, s1) = gains[pick][k[pick]], gains[pick][pick_k]
+        (e0, _, s0), (e1, n1, s1) = gains[pick][k[pick]], gains[pick][pick_k]
         tokens += e1 - e0
-        n += n1 - n0
         extra += s1 - s0
+        lengths[pick] = n1
         k[pick], best = pick_k, pick_rate
+
+
+class CallCost:
+    """``T`` of a call by the tokens each of its sequences carries, composed from the ubatches llama.cpp runs it
+    as (``split_equal``: every sequence present carries the same number of tokens): with the sequences' lengths
+    sorted, ``l_1 <= ... <= l_s``, one ubatch per distinct length, of the ``s - i + 1`` sequences still carrying
+    tokens, ``l_i - l_(i-1)`` each, costing ``T_(s-i+1)((s-i+1) (l_i - l_(i-1)))`` on the curve measured for
+    that many sequences. Calls where every sequence carries the same number are points of the table itself."""
+
+    def __init__(self, table: CostCurve | CostTable) -> None:
+        self.table = table
+        self._curves: dict[int, CostCurve] = {}
+
+    def curve(self, seqs: int) -> CostCurve:
+        """The table's curve for ``seqs`` sequences (interpolated once, then kept)."""
+        curve = self._curves.get(seqs)
+        if curve is None:
+            curve = self._curves[seqs] = self.table.at(seqs)
+        return curve
+
+    def __call__(self, lengths: Sequence[float]) -> float:
+        seconds = done = 0.0
+        left = len(lengths)
+        for n in sorted(lengths):
+            if n > done:
+                seconds += self.curve(left)(left * (n - done))
+                done = n
+            left -= 1
+        return seconds
 
 
 @dataclass
@@ -257,21 +317,14 @@ class CostTable:
 
 
 # -- measuring T(seqs, n) ------------------------------------------------------------------------------------
-# Tokens per sequence at which each curve is measured (1: plain decoding; 1 + k: a draft of k).
+# Tokens per sequence at which each curve is measured (1: plain decoding; 1 + k: a draft of k). A call whose
+# sequences carry different numbers runs as several of these (``CallCost``).
 PER_SEQ = (1, 2, 3, 4, 5, 7, 9, 13, 17)
-# and calls in which only this many sequences carry one draft token: between ``s`` and ``2 s`` tokens the cost is
-# not the straight line between them (SmolLM2 at 8 sequences: 9 tokens cost 1.20x of 8, 10 tokens 1.38x, 16
-# tokens 1.86x; a hybrid model splits a call whose sequences differ in length, 9 tokens 1.41x), and a batch's
-# first drafts are there
-RAGGED = (1, 2, 4)
 
 
 def _shapes(seqs: int, n_batch: int) -> list[tuple[int, ...]]:
-    """Tokens per sequence of each call measured for ``seqs`` sequences: every sequence the same, and a few with
-    one token more; ordered by total tokens."""
-    even = [(m,) * seqs for m in PER_SEQ if seqs * m <= n_batch]
-    ragged = [(2,) * e + (1,) * (seqs - e) for e in RAGGED if e < seqs]
-    return sorted([*even, *ragged], key=sum)
+    """Tokens per sequence of each call measured for ``seqs`` sequences: every sequence the same."""
+    return [(m,) * seqs for m in PER_SEQ if seqs * m <= n_batch]
 
 
 def measure_cost_table(
@@ -284,7 +337,7 @@ def measure_cost_table(
     repeats: int = 5,
 ) -> CostTable:
     """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
-    ``PER_SEQ`` tokens each (and ``RAGGED``: a few with one more) and logits for every token (as a verify call
+    ``PER_SEQ`` tokens each and logits for every token (as a verify call
     reads them), in a context made as the engine makes its own; median of ``repeats`` calls. About 10-20 seconds
     for SmolLM2-135M on 2 cores. On recurrent memory, also the median seconds of one sequence's rollback
     (``CostTable.rollback_s``)."""
@@ -354,7 +407,7 @@ def _time_call(
 def _cost_path(model: LlamaModel, n_threads: int, max_seqs: int, flash_attn: bool) -> Path:
     st = model.path.stat()
     key = f"{model.path.stem}-{st.st_size}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
-    return cache_dir() / "speculator" / f"cost-v3-{key}.json"
+    return cache_dir() / "speculator" / f"cost-v4-{key}.json"
 
 
 def load_or_measure_cost_table(

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .depth import AcceptanceTracker, CostCurve, CostTable, choose_depths, expected_tokens
+from .depth import AcceptanceTracker, CallCost, CostCurve, CostTable, choose_depths, expected_tokens
 from .drafters import ContextLookup, Drafter, TraceCache, schema_key
 from .gate import SpeedGate
 
@@ -101,6 +101,7 @@ class Speculator:
         self.tracker = AcceptanceTracker()
         self._measure = cost
         self._cost: CostCurve | CostTable | None = None
+        self._calls: CallCost | None = None
         self._saved = time.monotonic()
         self._calibration: dict[bool, float] = {}
         self.gate: SpeedGate | None = SpeedGate()
@@ -123,8 +124,12 @@ class Speculator:
             if isinstance(drafter, TraceCache) and drafter.name == "grammar":
                 drafter.set_scope(seq, schema_key(schema))
 
-    def propose(self, jobs: Sequence[tuple[int, Sequence[int], int]]) -> list[Draft]:
-        """``jobs``: ``(seq, tokens so far, room)`` of each generating sequence; one draft each (maybe empty)."""
+    def propose(
+        self, jobs: Sequence[tuple[int, Sequence[int], int]], carried: Sequence[int] | None = None
+    ) -> list[Draft]:
+        """``jobs``: ``(seq, tokens so far, room)`` of each generating sequence; one draft each (maybe empty).
+        ``carried``: the tokens each sequence's call holds without a draft (1, its pending token, unless it
+        computes confirmed ones again after a rollback)."""
         picks: list[tuple[str, list[int], float, dict[str, list[int]]]] = []
         for seq, tokens, room in jobs:
             best: tuple[str, list[int], float] = ("", [], 0.0)
@@ -142,21 +147,29 @@ class Speculator:
         else:
             rollback_s = self.cost.rollback_s if self.recurrent else None
             depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)),
-                                   rollback_s=rollback_s)  # fmt: skip
+                                   base=carried, rollback_s=rollback_s)  # fmt: skip
         return [Draft(name, tuple(tokens[:k]), offers) if k else Draft(offers=offers)
                 for (name, tokens, _, offers), k in zip(picks, depths, strict=True)]  # fmt: skip
 
-    def _step_cost(self, seqs: int) -> Callable[[float], float]:
-        """``T`` over the call's tokens when ``seqs`` sequences share it, its draft part scaled by how much more
-        (or less) than measured the drafted calls of this engine have cost, relative to its plain calls."""
-        curve = self.cost.at(seqs)
-        base = curve(seqs)
+    def _step_cost(self, seqs: int) -> Callable[[Sequence[float]], float]:
+        """``T`` of a call over ``seqs`` sequences by the tokens each carries (``CallCost``), its draft part scaled
+        by how much more (or less) than measured the drafted calls of this engine have cost, relative to its
+        plain calls."""
+        calls = self.call_cost
+        base = calls.curve(seqs)(seqs)
         scale = self.draft_cost_scale
 
-        def cost(n: float) -> float:
-            return base + scale * (curve(n) - base)  # T(seqs) + f (T(n) - T(seqs))
+        def cost(lengths: Sequence[float]) -> float:
+            return base + scale * (calls(lengths) - base)  # T(plain) + f (T(lengths) - T(plain))
 
         return cost
+
+    @property
+    def call_cost(self) -> CallCost:
+        """``T`` of a call by the tokens each of its sequences carries, over the cost table."""
+        if self._calls is None or self._calls.table is not self.cost:
+            self._calls = CallCost(self.cost)
+        return self._calls
 
     @property
     def draft_cost_scale(self) -> float:
@@ -167,13 +180,13 @@ class Speculator:
             return 1.0
         return min(4.0, max(0.5, self._calibration[True] / self._calibration[False]))
 
-    def observe_call(self, seqs: int, tokens: int, seconds: float) -> None:
-        """A decode call of ``tokens`` tokens over ``seqs`` sequences took ``seconds``. Ignored until the cost
+    def observe_call(self, lengths: Sequence[int], seconds: float) -> None:
+        """A decode call whose sequences carried ``lengths`` tokens took ``seconds``. Ignored until the cost
         table is there: it is measured when a draft is first on offer, not for calls that never had one."""
-        if self._cost is None:
+        if self._cost is None or not lengths:
             return
-        ratio = seconds / max(1e-9, self.cost.at(seqs)(tokens))
-        drafted = tokens > seqs
+        ratio = seconds / max(1e-9, self.call_cost(lengths))
+        drafted = sum(lengths) > len(lengths)
         old = self._calibration.get(drafted)
         self._calibration[drafted] = ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old)
 

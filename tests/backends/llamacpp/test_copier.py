@@ -131,8 +131,8 @@ def test_the_speed_gate_judges_speculation_by_steps_that_verified_drafts(
         steps.append([("may draft", drafting(seqs))])
         return steps[-1][0][1]
 
-    def proposed(jobs: list[tuple[int, list[int], int]]) -> list[Draft]:
-        drafts = propose(jobs)
+    def proposed(jobs: list[tuple[int, list[int], int]], carried: list[int] | None = None) -> list[Draft]:
+        drafts = propose(jobs, carried)
         if len(steps) % 2:  # every other step, as if the depth chooser had cut every draft to nothing
             drafts = [Draft(offers=d.offers) for d in drafts]
         steps[-1].append(("drafted", any(d.tokens for d in drafts)))

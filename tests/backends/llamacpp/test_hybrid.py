@@ -17,7 +17,7 @@ import pytest
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.ffi import LlamaContext, LlamaModel, TokenBatch
 from minions.backends.llamacpp.speculative import CostCurve, ScriptedDrafter
-from minions.backends.llamacpp.speculative.depth import choose_depths, measure_cost_table, rollback_tokens
+from minions.backends.llamacpp.speculative.depth import CallCost, choose_depths, measure_cost_table, rollback_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -197,7 +197,7 @@ def test_the_cost_table_of_a_hybrid_measures_its_rollback(tiny_models: dict[str,
 
 
 def test_rollback_costs_keep_drafting_from_making_a_recurrent_model_slower() -> None:
-    flat = CostCurve.linear(0.1)  # each verify token costs a tenth of a call
+    flat = CallCost(CostCurve.linear(0.1))  # each verify token costs a tenth of a call
     # an attention model drafts at acceptance 0.3 here; a recurrent one does not, paying for the redone tokens
     assert choose_depths([0.3], [4], flat) != [0]
     assert choose_depths([0.3], [4], flat, rollback_s=0.2) == [0]

@@ -11,6 +11,7 @@ import pytest
 
 from minions.backends.llamacpp.speculative import (
     AcceptanceTracker,
+    CallCost,
     ContextLookup,
     CostCurve,
     CostTable,
@@ -167,7 +168,7 @@ def test_expected_tokens() -> None:
 
 
 def test_choose_depths_follows_cost_and_acceptance() -> None:
-    cpu = CostCurve((1, 2, 4, 8, 16, 64), (1.0, 1.5, 1.75, 2.64, 4.5, 15.0))
+    cpu = CallCost(CostCurve((1, 2, 4, 8, 16, 64), (1.0, 1.5, 1.75, 2.64, 4.5, 15.0)))
     assert choose_depths([0.0], [8], cpu) == [0]  # drafts that never land: plain decoding
     assert choose_depths([0.3], [8], cpu) == [0]  # E = 1.3 for 1.5x the time
     k = choose_depths([0.95], [8], cpu)[0]
@@ -176,9 +177,29 @@ def test_choose_depths_follows_cost_and_acceptance() -> None:
     # a batch of 8 already fills the call: drafting for all of them costs more than it brings
     eight = choose_depths([0.6] * 8, [8] * 8, cpu)
     assert sum(eight) <= 2
-    # free extra tokens (a GPU-like flat curve): draft the whole offer
-    flat = CostCurve((1, 64), (1.0, 1.0))
-    assert choose_depths([0.5, 0.9], [4, 8], flat) == [4, 8]
+    # free extra tokens (a GPU-like flat curve): draft the whole offer, the same length for both, as two
+    # lengths would run as two passes
+    flat = CallCost(CostCurve((1, 64), (1.0, 1.0)))
+    assert choose_depths([0.5, 0.9], [4, 4], flat) == [4, 4]
+    assert choose_depths([0.5, 0.9], [4, 8], flat) == [4, 4]
+
+
+def test_a_call_costs_the_passes_llama_cpp_splits_it_into() -> None:
+    """A call over several KV streams runs as ubatches in which every sequence carries as many tokens as the
+    others (measured on SmolLM2 at 8 sequences: 9 + 7 x 1 tokens 73 ms, 8 x 1 then 1 x 8 measured apart 39 + 33
+    ms; 8 x 2, the same 16 tokens in one pass, 67 ms)."""
+    one = CostCurve((1, 8, 9), (0.010, 0.033, 0.039))
+    eight = CostCurve((8, 16, 24), (0.039, 0.067, 0.093))
+    calls = CallCost(CostTable((1, 8), (one, eight)))
+    assert calls([1] * 8) == pytest.approx(0.039)
+    assert calls([2] * 8) == pytest.approx(0.067)
+    assert calls([9, *[1] * 7]) == pytest.approx(0.039 + 0.033)  # 8 x 1, then the one left: 1 x 8
+    assert calls([1, 9, *[1] * 6]) == calls([9, *[1] * 7])  # order does not matter
+    five = calls.curve(5)(5 * 2)  # 3 of 8 x 1 tokens, then 5 x 2
+    assert calls([3] * 5 + [1] * 3) == pytest.approx(0.039 + five)
+    # at 8 sequences a lone long draft pays for its own pass; drafts of 2 for all of them share one
+    assert choose_depths([0.9, *[0.0] * 7], [8] * 8, calls) == [0] * 8
+    assert choose_depths([0.95] * 8, [2] * 8, calls) == [2] * 8
 
 
 def test_acceptance_tracker_is_an_ema_per_sequence_and_drafter() -> None:
@@ -247,11 +268,11 @@ def test_cost_table_interpolates_between_sequence_counts() -> None:
     assert four(8) == pytest.approx(one(8) + (eight(8) - one(8)) * 3 / 7)
     assert CostTable.from_dict(table.to_dict()) == table
     # a call shared by 8 sequences costs more per draft token than one sequence's: fewer drafts pay there
-    assert choose_depths([0.6] * 8, [4] * 8, eight) == [0] * 8
-    assert choose_depths([0.8], [4], one) != [0]
+    assert choose_depths([0.6] * 8, [4] * 8, CallCost(eight)) == [0] * 8
+    assert choose_depths([0.8], [4], CallCost(one)) != [0]
     # at 0.6 one sequence's draft of 2 gains 0.5% under the model: a close call goes to plain decoding
-    assert choose_depths([0.6], [4], one, min_gain=0.0) == [2]
-    assert choose_depths([0.6], [4], one) == [0]
+    assert choose_depths([0.6], [4], CallCost(one), min_gain=0.0) == [2]
+    assert choose_depths([0.6], [4], CallCost(one)) == [0]
 
 
 def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
@@ -262,8 +283,8 @@ def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
     spec.tracker.drafters["scripted"] = 0.55
     assert len(spec.propose([(0, [1, 2, 3], 3)])[0].tokens) > 0
     for _ in range(50):
-        spec.observe_call(1, 1, 0.010)  # plain calls: as measured (1 unit = 10 ms)
-        spec.observe_call(1, 4, 0.038)  # drafted calls: T(4) measured 19 ms, observed 38
+        spec.observe_call([1], 0.010)  # plain calls: as measured (1 unit = 10 ms)
+        spec.observe_call([4], 0.038)  # drafted calls: T(4) measured 19 ms, observed 38
     assert spec.draft_cost_scale == pytest.approx(2.0, rel=0.05)
     assert spec.propose([(0, [1, 2, 3], 3)])[0].tokens == ()
     spec.reset()
