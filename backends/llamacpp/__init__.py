@@ -8,6 +8,7 @@ Modules, each importing only those listed before it:
 - ``speculative``: drafters, acceptance rules and the depth chooser for speculative decoding.
 - ``scheduler``: one engine run: admission, batched prefill and decode, verification.
 - ``engine``: the batching engine (``Engine``, ``EngineConfig``).
+- ``worker``: the one thread of the process that decodes.
 - ``backend``: ``LlamaCppBackend``, the ``Backend`` the protocols use.
 - ``quantize``, ``bench``: the default model's quantization, and the engine benchmark.
 """

@@ -7,16 +7,20 @@ llama.cpp grammars, so a constrained reply always parses.
 ``chat`` and ``batch`` both run on the batching engine (``backends.llamacpp.engine``): ``batch`` decodes up to
 ``max_seqs`` jobs together and computes shared prompt prefixes once; ``chat`` is a batch of one, and reuses
 prefixes (a repeated system prompt) from earlier calls.
+
+Whichever thread calls it, the decoding runs on the process's one llama.cpp thread (``backends.llamacpp.worker``:
+once two live threads had decoded, both decoded at half speed or less), one call at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from minions.errors import BackendError
 from minions.events import CancelToken
@@ -26,6 +30,7 @@ from ..base import BaseBackend, Capabilities, OnResult
 from ..models import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+from .worker import submit
 
 if TYPE_CHECKING:
     from .engine import Engine, EngineConfig, PrefixStats
@@ -33,6 +38,10 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CONTEXT", "LlamaCppBackend"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+STOP_WAIT_S = 10.0
+"""How long an interrupted call waits for its run to stop (it stops at its next decode step)."""
 
 
 class LlamaCppBackend(BaseBackend):
@@ -66,7 +75,6 @@ class LlamaCppBackend(BaseBackend):
         )
         self.max_seqs = max_seqs
         self._engine_config = engine_config
-        self._lock = threading.Lock()  # one engine run at a time
         self._load_lock = threading.Lock()
         self._engine: Engine | None = None
 
@@ -88,8 +96,9 @@ class LlamaCppBackend(BaseBackend):
         return len(self.engine.model.tokenize(text, special=False))
 
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
-        with self._lock:
-            result = self.engine.run([ChatRequest(messages, params)], seed=self.seed)[0]
+        result = self._on_llama_thread(
+            lambda cancel: self.engine.run([ChatRequest(messages, params)], seed=self.seed, cancel=cancel)
+        )[0]
         if not result.ok:
             raise _error_from(result, self.name)
         return result
@@ -107,8 +116,11 @@ class LlamaCppBackend(BaseBackend):
         ``finish_reason="cancelled"``)."""
         if not requests:
             return []
-        with self._lock:
-            return self.engine.run(requests, on_result=on_result, on_token=on_token, cancel=cancel, seed=self.seed)
+
+        def run(token: CancelToken) -> list[ChatResult]:
+            return self.engine.run(requests, on_result=on_result, on_token=on_token, cancel=token, seed=self.seed)
+
+        return self._on_llama_thread(run, cancel)
 
     def save_prefixes(
         self,
@@ -119,19 +131,49 @@ class LlamaCppBackend(BaseBackend):
     ) -> PrefixStats:
         """Compute and save the marked prefixes of ``requests`` without answering them (indexing a document
         ahead of questions: ``protocols.indexing``)."""
-        with self._lock:
-            return self.engine.save_prefixes(requests, on_progress=on_progress, cancel=cancel)
+        return self._on_llama_thread(
+            lambda token: self.engine.save_prefixes(requests, on_progress=on_progress, cancel=token), cancel
+        )
 
     def close(self) -> None:
         """Free the model and its KV memory (the backend loads them again if used)."""
-        with self._lock:
+
+        def close(_: CancelToken) -> None:
             if self._engine is not None:
                 self._engine.close()
                 self._engine = None
 
+        self._on_llama_thread(close)
+
+    def _on_llama_thread(self, work: Callable[[CancelToken], T], cancel: CancelToken | None = None) -> T:
+        """``work(token)`` on the process's llama.cpp thread (``worker``), one call at a time, while this thread
+        waits. ``token`` is cancelled when ``cancel`` is, or when the wait here is interrupted (Ctrl-C): the run
+        then stops at its next step, before the interrupt goes on, so no decode outlives its caller."""
+        token = _Either(cancel)
+        future = submit(lambda: work(token))
+        try:
+            return future.result()
+        except KeyboardInterrupt:
+            token.cancel()
+            with contextlib.suppress(BaseException):
+                future.result(timeout=STOP_WAIT_S)
+            raise
+
     @property
     def path(self) -> Path:
         return self.model_path
+
+
+class _Either(CancelToken):
+    """Cancelled when it is cancelled itself or when ``outer`` is."""
+
+    def __init__(self, outer: CancelToken | None) -> None:
+        super().__init__()
+        self.outer = outer
+
+    @property
+    def cancelled(self) -> bool:
+        return super().cancelled or (self.outer is not None and self.outer.cancelled)
 
 
 def _error_from(result: ChatResult, backend: str) -> BackendError:

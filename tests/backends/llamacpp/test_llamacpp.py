@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import _thread
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from minions.backends.llamacpp import LlamaCppBackend
 from minions.backends.llamacpp.quantize import default_local_model
 from minions.errors import ContextLengthError, ModelNotFoundError
-from minions.types import SamplingParams
+from minions.types import ChatRequest, Message, SamplingParams
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +70,40 @@ def test_the_converted_model_is_cached_and_reused(tmp_path, monkeypatch) -> None
 def test_a_missing_model_file_names_the_path(tmp_path) -> None:
     with pytest.raises(ModelNotFoundError, match=r"missing\.gguf"):
         LlamaCppBackend(tmp_path / "missing.gguf")
+
+
+def test_calls_from_several_threads_decode_on_one(backend: LlamaCppBackend) -> None:
+    """llama.cpp's OpenMP teams slow each other once two live threads have decoded (see ``worker``): calls
+    from any thread decode on the backend's one llama.cpp thread, and callbacks run there while the caller waits."""
+    seen: set[str] = set()
+
+    def ask(question: str) -> str:
+        request = ChatRequest([Message("user", question)], SamplingParams(max_tokens=6))
+        results = backend.batch([request], on_token=lambda i, text: seen.add(threading.current_thread().name))
+        return results[0].text
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two live threads, as the server's pool has
+        replies = list(pool.map(ask, ["Name a river.", "Name a mountain.", "Name a lake."]))
+    assert all(replies)
+    assert seen == {"minions-llama"}
+    assert backend.chat("Name a sea.", SamplingParams(max_tokens=6)).ok  # and from this thread too
+
+
+def test_an_interrupted_call_stops_its_run_and_the_backend_goes_on(backend: LlamaCppBackend) -> None:
+    """Ctrl-C while a batch decodes: the interrupt reaches the caller, the run stops at its next step (no decode
+    outlives its caller), and the next call is served."""
+    tokens: list[float] = []
+    request = ChatRequest([Message("user", "Write a long story about a ship.")], SamplingParams(max_tokens=400))
+
+    def interrupt_once_decoding(i: int, text: str) -> None:
+        tokens.append(time.monotonic())
+        if len(tokens) == 5:
+            _thread.interrupt_main()
+
+    with pytest.raises(KeyboardInterrupt):
+        backend.batch([request], on_token=interrupt_once_decoding)
+    stopped = len(tokens)
+    assert 5 <= stopped < 400
+    time.sleep(0.3)
+    assert len(tokens) == stopped  # nothing decodes after the interrupt went on
+    assert backend.chat("Name a sea.", SamplingParams(max_tokens=6)).ok
