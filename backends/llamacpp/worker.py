@@ -11,6 +11,7 @@ thread) and the OpenAI-compatible server (``asyncio.to_thread``'s pool) call the
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -41,6 +42,15 @@ def submit(fn: Callable[[], T]) -> Future[T]:
             _thread = threading.Thread(target=_serve, name="minions-llama", daemon=True)
             _thread.start()
     return done
+
+
+def _forget() -> None:
+    """In a forked child the thread is gone (only the forking thread is copied): start afresh."""
+    global _jobs, _thread, _start
+    _jobs, _thread, _start = queue.SimpleQueue(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget)
 
 
 def _serve() -> None:

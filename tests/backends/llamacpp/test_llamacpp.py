@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -107,3 +108,25 @@ def test_an_interrupted_call_stops_its_run_and_the_backend_goes_on(backend: Llam
     time.sleep(0.3)
     assert len(tokens) == stopped  # nothing decodes after the interrupt went on
     assert backend.chat("Name a sea.", SamplingParams(max_tokens=6)).ok
+
+
+def test_a_forked_child_decodes_on_a_thread_of_its_own(backend: LlamaCppBackend) -> None:
+    """Only the forking thread survives a fork: a child of a process whose llama.cpp thread was running starts
+    its own instead of waiting for one that is not there."""
+    assert backend.chat("Name a sea.", SamplingParams(max_tokens=4)).ok  # the parent's thread is running
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through its exit status
+        ok = False
+        try:
+            ok = LlamaCppBackend(n_ctx=512).chat("Name a river.", SamplingParams(max_tokens=4)).ok
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.1)
+    os.kill(child, 9)
+    pytest.fail("the forked child never got a reply: it waited for its parent's llama.cpp thread")
