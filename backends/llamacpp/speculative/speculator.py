@@ -203,7 +203,7 @@ class Speculator:
         the table is there)."""
         if self._cost is None or self.gate is None or seqs <= 0:
             return
-        plain = max(1e-9, self._cost.at(seqs)(seqs))
+        plain = max(1e-9, self.call_cost.curve(seqs)(seqs))  # the curve kept: a table interpolates counts anew
         self.gate.observe(drafted, emitted / seqs, seconds / plain, seqs)
 
     def learn(self, seq: int, draft: Draft, emitted: Sequence[int], *, ended: bool = False) -> None:
