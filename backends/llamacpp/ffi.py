@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,12 @@ import numpy.typing as npt
 from minions.errors import BackendError, ConfigError, ModelNotFoundError
 from minions.types import Message, reply_start
 
-__all__ = ["LlamaContext", "LlamaModel", "TokenBatch", "import_llama_cpp"]
+__all__ = ["VERBOSE_ENV", "LlamaContext", "LlamaModel", "TokenBatch", "import_llama_cpp", "llama_verbose"]
+
+
+VERBOSE_ENV = "MINIONS_LLAMA_VERBOSE"
+"""Set to 1 to see llama.cpp's own log lines (model loading, conversion warnings); the CLI's ``--debug`` shows
+them too."""
 
 
 def import_llama_cpp() -> Any:
@@ -36,11 +42,41 @@ def import_llama_cpp() -> Any:
             "llama-cpp-python is not installed: run `make setup` (it builds llama.cpp with the right CPU flags), "
             "or see README.md, 'Install'."
         ) from exc
-    # llama.cpp logs every tensor it loads or converts to stderr; keep errors only unless asked.
-    from llama_cpp import _logger
-
-    _logger.logger.setLevel(logging.DEBUG if os.environ.get("MINIONS_LLAMA_VERBOSE") else logging.ERROR)
+    _route_llama_log(llama_cpp)
     return llama_cpp
+
+
+def llama_verbose() -> bool:
+    """Whether llama.cpp's own log lines show: ``MINIONS_LLAMA_VERBOSE`` set (and not 0), else whether this module
+    logs at debug level (the CLI's ``--debug``)."""
+    value = os.environ.get(VERBOSE_ENV, "").strip().lower()
+    if value:
+        return value not in ("0", "false", "no", "off")
+    return log.isEnabledFor(logging.DEBUG)
+
+
+_log_callback: Any = None
+"""The C callback installed in llama.cpp, kept alive here (ctypes frees a callback nothing refers to)."""
+
+
+def _route_llama_log(llama_cpp: Any) -> None:
+    """Send llama.cpp's and ggml's log lines to stderr only when ``llama_verbose()``, asked at each line.
+
+    llama-cpp-python installs a callback of its own, which filters by a table of log levels older than this
+    llama.cpp's (its "error" is this llama.cpp's warning), so warnings such as the Q4_0 conversion's "falling back
+    to q8_0" reached every user.
+    """
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    def write(level: int, text: bytes, user_data: Any) -> None:
+        if llama_verbose():
+            sys.stderr.write(text.decode("utf-8", "replace"))
+            sys.stderr.flush()
+
+    _log_callback = llama_cpp.llama_log_callback(write)
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
 log = logging.getLogger(__name__)
