@@ -23,6 +23,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -83,16 +84,31 @@ class FleetBackend(BaseBackend):
         self.servers = [OpenAIBackend(model, provider=provider, base_url=url, **options) for url in self.base_urls]
         self.per_server = per_server if per_server is not None else server_concurrency()
         self.max_concurrency = self.per_server * len(self.servers)
-        first = self.servers[0].capabilities
-        self.capabilities = Capabilities(
-            json_schema=first.json_schema,
-            logprobs=first.logprobs,
-            batching=True,
-            streaming=True,
-            local=on_this_device(self.address),
-            context_window=first.context_window,
-        )
+        self._local = on_this_device(self.address)
+        self._capabilities: Capabilities | None = None
         self._turn = itertools.count()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What every server does: a job may go to any of them. Reading it the first time asks each server whether
+        it reports log-probabilities (``OpenAIBackend.capabilities``); ``batching``: the batch's jobs run on all the
+        servers at once."""
+        if self._capabilities is None:
+            with ThreadPoolExecutor(len(self.servers)) as pool:  # each server is asked at the same time
+                every = list(pool.map(lambda server: server.capabilities, self.servers))
+            self._capabilities = Capabilities(
+                json_schema=all(c.json_schema for c in every),
+                logprobs=all(c.logprobs for c in every),
+                batching=True,
+                streaming=True,
+                local=self._local,
+                context_window=min(c.context_window for c in every),
+            )
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, declared: Capabilities) -> None:
+        self._capabilities = declared
 
     # -- one call: the servers in turn ------------------------------------------------------------------
 

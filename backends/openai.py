@@ -135,6 +135,13 @@ DEFAULT_CONTEXT_WINDOW = 128_000
 # OpenAI's reasoning models take max_completion_tokens and only their default temperature.
 _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives per token OpenAI's API reports (``top_logprobs``); servers that copy it cap it too."""
+PROBE = [Message("user", "Hi")]
+"""What the one request that finds out whether a server reports log-probabilities sends (one token back)."""
+PROBE_TIMEOUT_S = 15.0
+"""Seconds that request may take: a server that cannot say so in that time is taken not to report them."""
+
 # Raised by the transport while a body is read (the SDK wraps them only while it sends the request).
 try:  # openai>=2 sends through httpx2; a legacy httpx.Client passed in still raises httpx errors
     import httpx2
@@ -298,19 +305,22 @@ class OpenAIBackend(BaseBackend):
             raise ConfigError(f"timeout={timeout!r}: give a positive number of seconds.")
         self.timeout = timeout if timeout is not None else default_timeout()
         self.json_schema_style: JsonSchemaStyle = json_schema_style or provider.json_schema_style
-        self.capabilities = Capabilities(
+        self._api_key = api_key
+        self._custom_url = base_url is not None or self.provider.name not in PROVIDERS
+        self._capabilities = Capabilities(
             json_schema=True,
-            logprobs=True,
+            logprobs=self._hosted_logprobs(),
             batching=False,
             streaming=True,
             local=on_this_device(self.address),
             context_window=context_window or context_window_for(model),
         )
-        self._api_key = api_key
-        self._custom_url = base_url is not None or self.provider.name not in PROVIDERS
+        # A server at a custom URL is asked once, the first time a caller reads the capabilities (see there).
+        self._logprobs_known = not self._custom_url
         self._prices = prices
         self._http_client = http_client
         self._lock = threading.Lock()
+        self._asking = threading.Lock()  # held while the server is asked what it reports (see capabilities)
         self._client: openai.OpenAI | None = None
         # An async client's connections belong to the event loop that opened them: one client per loop.
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
@@ -358,6 +368,45 @@ class OpenAIBackend(BaseBackend):
     def endpoint(self) -> str:
         """The base URL requests go to, for messages."""
         return self.address
+
+    # -- capabilities ------------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend does. ``logprobs`` is whether the server reports log-probabilities: OpenAI's own API
+        does for its chat models (not its reasoning models) and other hosted APIs are taken not to (they are not
+        asked: every call is billed); a server at a custom URL is asked once, by a one-token request, the first
+        time the capabilities are read (llama-cpp-python's, vLLM's and llama.cpp's servers report them, some
+        proxies do not)."""
+        if not self._logprobs_known:
+            with self._asking:
+                if not self._logprobs_known:
+                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
+                    self._logprobs_known = True
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, declared: Capabilities) -> None:
+        """Declare the capabilities outright (the server is then not asked)."""
+        self._capabilities, self._logprobs_known = declared, True
+
+    def _hosted_logprobs(self) -> bool:
+        reasoning = self.model.lower().startswith(_REASONING_PREFIXES)
+        return not self._custom_url and self.provider.name == "openai" and not reasoning
+
+    def _reports_logprobs(self) -> bool:
+        """Whether the server answers a request for log-probabilities with them: one attempt, one token. A server
+        that refuses the request, or that cannot be reached, counts as one that does not report them: its jobs
+        take the schema path, which asks nothing of it that it may not do."""
+        request = self._request(PROBE, SamplingParams(max_tokens=1, logprobs=1))
+        try:
+            choice = self._post(request, timeout=min(self.timeout, PROBE_TIMEOUT_S)).choices[0]
+        except _CALL_ERRORS as exc:
+            log.info("%s: no log-probabilities (%s: %s)", self.endpoint, type(exc).__name__, exc)
+            return False
+        reports = bool(choice.logprobs and choice.logprobs.steps())
+        log.info("%s %s log-probabilities", self.endpoint, "reports" if reports else "does not report")
+        return reports
 
     # -- retries and error translation (shared by every call) ---------------------------------------
 
@@ -485,6 +534,8 @@ class OpenAIBackend(BaseBackend):
             kwargs["stop"] = list(params.stop)
         if params.seed is not None:
             kwargs["seed"] = params.seed
+        if params.logprobs > 0:
+            kwargs.update(logprobs=True, top_logprobs=min(params.logprobs, MAX_TOP_LOGPROBS))
         if params.json_schema is not None:
             schema = dict(params.json_schema)
             if self.json_schema_style == "json_object":
@@ -509,6 +560,8 @@ class OpenAIBackend(BaseBackend):
             prompt = sum(count_tokens(m.content, self.model) for m in messages)
             completion_tokens, cached = count_tokens(text, self.model), 0
             stats["usage_estimated"] = True
+        if choice.logprobs is not None and (steps := choice.logprobs.steps()):
+            stats["logprobs"] = steps
         usage = Usage(prompt, completion_tokens, cached, calls=1, seconds=seconds)
         usage = replace(usage, cost_usd=(self._prices or default_price_table()).cost(self.model, usage))
         return ChatResult(
@@ -522,9 +575,11 @@ class OpenAIBackend(BaseBackend):
 
     # -- one attempt: send, read within the timeout, validate -------------------------------------------
 
-    def _post(self, request: dict[str, Any]) -> Reply:
-        deadline = time.monotonic() + self.timeout
-        with self._sync_client().chat.completions.with_streaming_response.create(**request) as response:
+    def _post(self, request: dict[str, Any], timeout: float | None = None) -> Reply:
+        seconds = timeout or self.timeout
+        deadline = time.monotonic() + seconds
+        create = self._sync_client().chat.completions.with_streaming_response.create
+        with create(**request, timeout=seconds) as response:
             body = bytearray()
             for part in response.iter_bytes():
                 body += part

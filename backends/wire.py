@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["SHOWN_BYTES", "Chunk", "Reply", "first_error", "glimpse", "sse_data"]
+__all__ = ["SHOWN_BYTES", "Chunk", "Logprobs", "Reply", "first_error", "glimpse", "sse_data"]
 
 SHOWN_BYTES = 80
 """How much of a malformed reply an error message shows."""
@@ -54,9 +54,36 @@ class _Message(_Wire):
     content: str | None = None
 
 
+class _TopLogprob(_Wire):
+    token: str
+    logprob: float
+
+
+class _TokenLogprob(_Wire):
+    token: str
+    logprob: float
+    top_logprobs: list[_TopLogprob] = []
+
+
+class Logprobs(_Wire):
+    """The log-probabilities of a reply's tokens (a choice's or a stream event's ``logprobs``), where asked for."""
+
+    content: list[_TokenLogprob] | None = None
+
+    def steps(self) -> list[list[list[str | float]]]:
+        """One entry per reply token: ``[[token_text, logprob], ...]``, most likely first (the shape of
+        ``ChatResult.stats["logprobs"]``); a token reported without alternatives counts as its own only one."""
+        steps: list[list[list[str | float]]] = []
+        for token in self.content or []:
+            top = token.top_logprobs or [_TopLogprob(token=token.token, logprob=token.logprob)]
+            steps.append([[t.token, t.logprob] for t in sorted(top, key=lambda t: -t.logprob)])
+        return steps
+
+
 class _Choice(_Wire):
     message: _Message
     finish_reason: str | None = None
+    logprobs: Logprobs | None = None
 
 
 class _TokenDetails(_Wire):
@@ -83,6 +110,7 @@ class _Delta(_Wire):
 class _ChunkChoice(_Wire):
     delta: _Delta = Field(default_factory=_Delta)
     finish_reason: str | None = None
+    logprobs: Logprobs | None = None
 
 
 class Chunk(_Wire):

@@ -16,6 +16,7 @@
     │   ├── BackendTimeoutError
     │   ├── ContextLengthError      the prompt does not fit the model's context
     │   ├── MalformedResponseError  the server answered, but not with its API's reply (an HTML page, cut-off JSON)
+    │   ├── NoLogprobsError         a reply without the log-probabilities the call asked for
     │   └── ModelOutputError        a reply that does not validate after the bounded retries
     └── BudgetExceededError         a run hit its remote token or dollar budget
 
@@ -45,6 +46,7 @@ __all__ = [
     "MissingAPIKeyError",
     "ModelNotFoundError",
     "ModelOutputError",
+    "NoLogprobsError",
     "RateLimitError",
     "UnknownProviderError",
     "UnreadableDocumentError",
@@ -139,6 +141,11 @@ class MalformedResponseError(BackendError):
     def __init__(self, message: str, *, content_type: str | None = None, **context: Any) -> None:
         self.content_type = content_type
         super().__init__(message, **context)
+
+
+class NoLogprobsError(BackendError):
+    """A reply came back without the log-probabilities the call asked for (a server, or a proxy in front of it,
+    that drops them)."""
 
 
 class ModelOutputError(BackendError):

@@ -16,11 +16,11 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from minions.backends.base import OnResult, error_result
 from minions.chunking import Chunk
-from minions.errors import BackendError, ModelOutputError
+from minions.errors import BackendError, ModelOutputError, NoLogprobsError
 from minions.events import JobFailed, JobFinished, JobStarted, emit
 from minions.loops import repeating
 from minions.types import ChatRequest, ChatResult, Message, PromptPrefix, SamplingParams, Timings, Usage
@@ -41,7 +41,13 @@ log = logging.getLogger(__name__)
 
 Ask = Literal["quote", "label"]
 SCORE_TOP_TOKENS = 20
-"""Most likely first reply tokens a scored job reads (the labels of the lines it is likely to name)."""
+"""Most likely reply tokens a scored job reads where the label comes (the labels of the lines it is likely to name)."""
+SCORE_REPLY_TOKENS = 10
+"""Reply tokens a scored job may take. A backend that continues the reply's start ("The line that answers is")
+names the label at its first token; a server that opens a new reply instead (llama-cpp-python's, vLLM's: a chat
+template closes the assistant's message) writes the start again, then the label, some 6 tokens in."""
+SCORE_STOP = (".", "\n")
+"""A scored reply ends after the label: "B." """
 SENTENCE_MODEL_WEIGHT = 0.5
 """The model's weight against the words' in choosing a chunk's sentence: words lead (the question's terms are in
 the sentence that answers it), the model re-orders close calls."""
@@ -223,7 +229,7 @@ def _scored(job: Job, result: ChatResult) -> Outcome:
     label_of = {(s.start, s.end): tag for tag, s in labeled(job.chunk.text)}
     read = _label_logprobs(result)
     if read is None:
-        error = failure(result) if not result.ok else BackendError("the backend reported no log-probabilities")
+        error = failure(result) if not result.ok else NoLogprobsError("the backend reported no log-probabilities")
         return error_result(result.model, error), None, error
     logprobs, floor = read
     options = job.options[:SENTENCES_SCORED]
@@ -241,7 +247,7 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
     whose distribution over the labels scores every candidate at once. The chunk is the prompt's prefix (saved
     and restored by a local engine), so a question computes only itself: some 40 tokens a chunk. A choice by
     scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
-    params = SamplingParams(max_tokens=1, logprobs=SCORE_TOP_TOKENS)
+    params = SamplingParams(max_tokens=SCORE_REPLY_TOKENS, stop=SCORE_STOP, logprobs=SCORE_TOP_TOKENS)
     requests = [job_request(j.instruction, j.chunk, params, "label") for j in jobs]
     outcomes: dict[int, Outcome] = {}
 
@@ -283,7 +289,11 @@ def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
     attempt = _score_attempt if scores_sentences(ctx) else _run_attempt
     first = attempt(ctx, jobs, 0)
     failed = [] if ctx.cancelled else [i for i, (_, out, _) in enumerate(first) if out is None]
-    retried = dict(zip(failed, attempt(ctx, [jobs[i] for i in failed], 1), strict=True))
+    # A reply without the log-probabilities it asked for would come back without them again: the schema path.
+    unscored = {i for i in failed if isinstance(first[i][2], NoLogprobsError)}
+    retried: dict[int, Outcome] = {}
+    for again, indices in ((_run_attempt, sorted(unscored)), (attempt, [i for i in failed if i not in unscored])):
+        retried.update(zip(indices, again(ctx, [jobs[i] for i in indices], 1), strict=True))
     records = []
     for i, job in enumerate(jobs):
         result, output, error = retried.get(i, first[i])
@@ -306,15 +316,44 @@ def run_jobs(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
 
 
 def _label_logprobs(result: ChatResult) -> tuple[dict[str, float], float] | None:
-    """The log-probability of each label (``quotes.LABELS``) among the reply's first-token top log-probabilities
-    (spellings " B", "B", "[B" pooled by their best), and what a label outside them counts (just below the least
-    likely reported); None when the backend reported none."""
+    """The log-probability of each label (``quotes.LABELS``) among the top log-probabilities of the reply token
+    that names the line (spellings " B", "B", "[B" pooled by their best), and what a label outside them counts
+    (just below the least likely reported); None when the backend reported none."""
     steps = result.stats.get("logprobs") if result.ok else None
     if not steps or not steps[0]:
         return None
+    step = _label_step(steps)
     found: dict[str, float] = {}
-    for text, lp in steps[0]:
-        tag = str(text).strip().lstrip("[(").rstrip("]).:")
-        if len(tag) == 1 and tag in LABELS:
+    for text, lp in step:
+        if (tag := _as_label(text)) is not None:
             found[tag] = max(float(lp), found.get(tag, float("-inf")))
-    return found, min(float(lp) for _, lp in steps[0]) - 1.0
+    return found, min(float(lp) for _, lp in step) - 1.0
+
+
+def _as_label(token: object) -> str | None:
+    tag = str(token).strip().lstrip("[(").rstrip("]).:")
+    return tag if len(tag) == 1 and tag in LABELS else None
+
+
+def _label_step(steps: Sequence[Sequence[Sequence[Any]]]) -> Sequence[Sequence[Any]]:
+    """The alternatives at the reply token that names the line. A backend that continued the reply's start names it
+    first; a server whose chat template closed the start as a message of its own writes the start again, and the
+    label follows it (after a "[", if it writes one). A reply that does neither: its first token whose most likely
+    spelling is a label, else its first."""
+    start, text = _words(render("job_label_reply")), ""
+    for step in steps:
+        if not step:
+            break
+        token = str(step[0][0])
+        if _words(text) == start:  # the start, written again: the label comes now
+            if token.strip(" [(") == "":
+                continue
+            return step
+        text += token
+        if not start.startswith(_words(text)):
+            break  # not the start written again
+    return next((step for step in steps if step and _as_label(step[0][0]) is not None), steps[0])
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())

@@ -30,7 +30,7 @@ SERVER_START_TIMEOUT_S = 60.0
 SERVER_CONTEXT = 4096
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
-ServerStarter = Callable[[], contextlib.AbstractContextManager[tuple[str, "subprocess.Popen[bytes]"]]]
+ServerStarter = Callable[..., contextlib.AbstractContextManager[tuple[str, "subprocess.Popen[bytes]"]]]
 
 
 BENCHMARK_DATA = Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
@@ -107,7 +107,7 @@ def _wait_until_ready(url: str, process: subprocess.Popen[bytes], log_path: Path
 
 
 @contextlib.contextmanager
-def _run_server(model: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def _run_server(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [
@@ -117,6 +117,7 @@ def _run_server(model: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         "--host", "127.0.0.1",
         "--port", str(port),
         "--n_ctx", str(SERVER_CONTEXT),
+        *options,
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="minions-llama-server-") as tmp:
         log_path = Path(tmp) / "server.log"
@@ -137,7 +138,8 @@ def _run_server(model: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 @pytest.fixture(scope="session")
 def start_openai_server(smollm2_gguf: Path) -> ServerStarter:
-    """A context manager factory: ``with start_openai_server() as (base_url, process): ...``.
+    """A context manager factory: ``with start_openai_server() as (base_url, process): ...``; arguments are more
+    options of the server's command line (``"--logits_all", "False"``).
 
     For tests that need a server of their own (to kill it, say); most tests want ``openai_server``.
     """
@@ -147,7 +149,7 @@ def start_openai_server(smollm2_gguf: Path) -> ServerStarter:
             f"needs llama-cpp-python with its server extra (missing: {', '.join(missing)}): "
             "run scripts/install-llama-cpp, then pip install 'llama-cpp-python[server]' deps"
         )
-    return lambda: _run_server(smollm2_gguf)
+    return lambda *options: _run_server(smollm2_gguf, *options)
 
 
 @pytest.fixture(scope="session")

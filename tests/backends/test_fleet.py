@@ -29,9 +29,10 @@ from tests.loopback import LoopbackServer, serving
 class EchoServer(LoopbackServer):
     """Answers every chat completion with the last word of the prompt; counts requests in flight."""
 
-    def __init__(self, delay_s: float = 0.05) -> None:
+    def __init__(self, delay_s: float = 0.05, *, logprobs: bool = False) -> None:
         super().__init__(EchoHandler)
         self.delay_s = delay_s
+        self.logprobs = logprobs  # whether it reports log-probabilities when asked
         self.lock = threading.Lock()
         self.in_flight = self.peak = self.served = 0
 
@@ -63,6 +64,9 @@ class EchoHandler(BaseHTTPRequestHandler):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": word}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 5, "completion_tokens": 1},
         }
+        if body.get("logprobs") and self.server.logprobs:
+            top = [{"token": word, "logprob": -0.1}]
+            reply["choices"][0]["logprobs"] = {"content": [{"token": word, "logprob": -0.1, "top_logprobs": top}]}
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -100,6 +104,16 @@ def test_spelled_as_openai_compatible_with_several_urls() -> None:
     assert host_of(elsewhere.address) == "127.0.0.1:8001, 192.0.2.7:8002"  # where the egress log says prompts went
     with pytest.raises(UnknownProviderError, match=r"<base_url>\[,<base_url>\.\.\.\]"):
         resolve("openai-compatible/smollm2@http://127.0.0.1:8001/v1,h2:8002")
+
+
+@pytest.mark.parametrize("second_reports", [True, False])
+def test_a_fleet_reports_logprobs_only_where_every_server_does(second_reports: bool) -> None:
+    with serving(EchoServer(logprobs=True)) as a, serving(EchoServer(logprobs=second_reports)) as b:
+        fleet = FleetBackend("m", [a.base_url, b.base_url])
+        assert fleet.capabilities.logprobs is second_reports
+        assert fleet.capabilities.batching and a.served == b.served == 1  # each server asked once
+        result = fleet.chat("Say hi", SamplingParams(max_tokens=1, logprobs=1))
+        assert ("logprobs" in result.stats) is (result.stats["server"] == a.base_url or second_reports)
 
 
 def test_jobs_spread_over_the_servers_bounded_per_server(two: tuple[EchoServer, EchoServer]) -> None:

@@ -17,6 +17,7 @@ import openai
 import pytest
 
 import minions.backends.openai as openai_backend
+from minions.backends.base import Capabilities
 from minions.backends.openai import PROVIDERS, OpenAIBackend, Provider, backoff_delay
 from minions.cost import Price, PriceTable, default_price_table
 from minions.errors import (
@@ -221,6 +222,88 @@ def test_reasoning_models_get_max_completion_tokens() -> None:
     make_backend(server, model="gpt-5-mini").chat("hi", SamplingParams(max_tokens=99))
     assert server.sent["max_completion_tokens"] == 99
     assert "max_tokens" not in server.sent and "temperature" not in server.sent
+
+
+def test_logprobs_are_asked_for_and_capped_where_the_api_caps_them() -> None:
+    server = Script(reply())
+    make_backend(server).chat("hi", SamplingParams(logprobs=5))
+    assert server.sent["logprobs"] is True and server.sent["top_logprobs"] == 5
+    make_backend(server).chat("hi", SamplingParams(logprobs=50))
+    assert server.sent["top_logprobs"] == openai_backend.MAX_TOP_LOGPROBS
+    make_backend(server).chat("hi")
+    assert "logprobs" not in server.sent and "top_logprobs" not in server.sent
+
+
+def token(text: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
+    alternatives = [{"token": t, "logprob": lp, "bytes": None} for t, lp in top]
+    return {"token": text, "logprob": logprob, "bytes": None, "top_logprobs": alternatives}
+
+
+def with_logprobs(body: dict[str, Any], *tokens: dict[str, Any]) -> dict[str, Any]:
+    body["choices"][0]["logprobs"] = {"content": list(tokens), "refusal": None}
+    return body
+
+
+def test_logprobs_of_the_reply_are_read_most_likely_first() -> None:
+    # a server may list the alternatives in any order, and add the chosen token to them
+    body = with_logprobs(
+        completion(" B.", usage=USAGE),
+        token(" B", -0.2, (" C", -2.5), (" B", -0.2), (" A", -1.5)),
+        token(".", -0.01),
+    )
+    result = make_backend(Script(reply(body=body))).chat("hi", SamplingParams(logprobs=3))
+    assert result.stats["logprobs"] == [[[" B", -0.2], [" A", -1.5], [" C", -2.5]], [[".", -0.01]]]
+
+
+def test_a_reply_without_logprobs_has_none_in_its_stats() -> None:
+    result = make_backend(Script(reply())).chat("hi", SamplingParams(logprobs=3))
+    assert "logprobs" not in result.stats
+
+
+def local_backend(server: Script) -> OpenAIBackend:
+    provider = Provider("openai-compatible", BASE, key_env=None)
+    return OpenAIBackend("m", provider=provider, http_client=httpx.Client(transport=httpx.MockTransport(server)))
+
+
+@pytest.mark.parametrize(
+    ("answer", "reports"),
+    [
+        (reply(body=with_logprobs(completion("Hi"), token("Hi", -0.1, ("Hi", -0.1)))), True),
+        (reply(), False),  # a proxy that drops them
+        (reply(400, error_body("logprobs is not supported")), False),
+        (reply(500, error_body("logprobs is not supported for models created with logits_all=False")), False),
+    ],
+    ids=["reports", "drops-them", "rejects-400", "fails-500"],
+)
+def test_a_server_is_asked_once_whether_it_reports_logprobs(answer: httpx.Response, reports: bool) -> None:
+    server = Script(answer)
+    backend = local_backend(server)
+    assert server.requests == []  # building the backend asks nothing
+    assert backend.capabilities.logprobs is reports
+    assert backend.capabilities.logprobs is reports and len(server.requests) == 1
+    asked = server.sent
+    assert asked["logprobs"] is True and asked["top_logprobs"] == 1 and asked["max_tokens"] == 1
+
+
+def test_a_server_that_cannot_be_reached_counts_as_one_without_logprobs() -> None:
+    provider = Provider("openai-compatible", f"http://127.0.0.1:{free_port()}/v1", key_env=None)
+    assert OpenAIBackend("m", provider=provider, max_retries=3).capabilities.logprobs is False
+
+
+def test_hosted_apis_are_not_asked_about_logprobs() -> None:
+    server = Script(reply())
+    client = httpx.Client(transport=httpx.MockTransport(server))
+    assert OpenAIBackend("gpt-4o-mini", api_key="sk-test", http_client=client).capabilities.logprobs
+    assert not OpenAIBackend("o3-mini").capabilities.logprobs
+    assert not OpenAIBackend("llama-3.1-8b", provider="groq").capabilities.logprobs
+    assert server.requests == []
+
+
+def test_capabilities_declared_outright_are_not_asked_about() -> None:
+    server = Script(reply())
+    backend = local_backend(server)
+    backend.capabilities = Capabilities(json_schema=True, logprobs=False, local=True)
+    assert not backend.capabilities.logprobs and server.requests == []
 
 
 # -- the result -----------------------------------------------------------------------------------------
@@ -653,3 +736,27 @@ def test_killed_server_is_a_connection_error(start_openai_server: Callable[..., 
         with pytest.raises(BackendConnectionError, match=url):
             backend.chat("Hi", SamplingParams(max_tokens=4))
         assert time.monotonic() - start < 10
+
+
+@pytest.mark.slow
+def test_real_server_reports_logprobs_and_they_are_read(openai_server: str) -> None:
+    from minions.backends.registry import resolve
+
+    backend = resolve(f"openai-compatible/smollm2@{openai_server}")
+    assert backend.capabilities.logprobs  # asked once, and llama-cpp-python's server reports them
+    result = backend.chat("Name a colour.", SamplingParams(max_tokens=4, logprobs=5))
+    steps = result.stats["logprobs"]
+    assert len(steps) == result.usage.completion_tokens
+    for step in steps:
+        values = [lp for _, lp in step]
+        assert 1 <= len(step) <= 6 and values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+    # at temperature 0 each token is the most likely one
+    assert "".join(step[0][0] for step in steps) == result.text
+
+
+@pytest.mark.slow
+def test_real_server_that_reports_no_logprobs_is_found_out(start_openai_server: Callable[..., Any]) -> None:
+    with start_openai_server("--logits_all", "False") as (url, _):
+        backend = OpenAIBackend("smollm2", base_url=url)
+        assert not backend.capabilities.logprobs
+        assert backend.chat("Hi", SamplingParams(max_tokens=4)).ok  # it still answers what it is asked

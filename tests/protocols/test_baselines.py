@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
 from minions.protocols import RAG, LocalOnly, RemoteOnly
 from minions.types import ChatResult, Timings, Usage
 
-from .helpers import FACT, SECRET
+from .helpers import FACT, SECRET, job_reply
 
 
 def test_remote_only_cuts_to_the_context_window_with_a_notice(doc):
@@ -85,26 +87,33 @@ def test_local_only_refuses_a_quote_that_is_not_in_the_chunk(doc):
 
 class Scorer(ScriptedBackend):
     """A local model that reports log-probabilities: asked which line of its excerpt answers, it names the line that
-    holds ``needle`` (its label's log-probability high, the other labels' low), as the first-token distribution of
-    a one-token reply after the reply's start."""
+    holds ``needle`` (its label's log-probability high, the other labels' low), as the distribution of the token
+    after the reply's start. ``restates``: the start was closed as a message of its own (a server's chat template
+    does that) and the reply writes it again before the label, a token at a time."""
 
-    def __init__(self, needle: str) -> None:
+    def __init__(self, needle: str, *, restates: bool = False) -> None:
         super().__init__("scripted/scorer", capabilities=Capabilities(logprobs=True, batching=True, local=True))
         self.needle = needle
+        self.restates = restates
 
     def _chat(self, messages, params):
         self.history.append(ScriptedCall(messages, params))
-        assert params.max_tokens == 1 and params.logprobs > 0
+        assert params.logprobs > 0 and "." in params.stop
         assert messages[-1].role == "assistant"  # the start of the reply, which the label follows
         lines = re.findall(r"^\[([A-Z])\] (.*)$", messages[1].content, re.MULTILINE)
         top = [[" line", -0.5]] + [[f" {tag}", -0.2 if self.needle in text else -4.0] for tag, text in lines]
         top = sorted(top, key=lambda pair: -pair[1])[:20]
-        return ChatResult(top[0][0], Usage(prompt_tokens=10, completion_tokens=1, calls=1), "stop", Timings(),
-                          self.name, stats={"logprobs": [top]})  # fmt: skip
+        words = [[[word, -0.1], ["A", -3.0]] for word in ("The", " line", " that", " answers", " is")]
+        steps = [*words, top] if self.restates else [top]
+        assert len(steps) <= params.max_tokens
+        text = "".join(step[0][0] for step in steps)
+        return ChatResult(text, Usage(prompt_tokens=10, completion_tokens=len(steps), calls=1), "stop", Timings(),
+                          self.name, stats={"logprobs": steps})  # fmt: skip
 
 
-def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(doc):
-    scorer = Scorer("Revenue in fiscal 2023")
+@pytest.mark.parametrize("restates", [False, True], ids=["continues-the-reply", "writes-its-start-again"])
+def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(doc, restates):
+    scorer = Scorer("Revenue in fiscal 2023", restates=restates)
     result = LocalOnly(scorer, chunk_size=600, read_chunks=3).run("What was revenue in fiscal 2023?", [doc])
 
     assert result.complete and result.citations[0].text == FACT and FACT in result.answer
@@ -117,6 +126,26 @@ def test_local_only_scores_sentences_when_the_backend_reports_log_probabilities(
     fact_job = next(j for j in result.jobs if j.citation == FACT)
     assert fact_job.score == -0.2
     assert all(j.score is not None and j.score <= -4.0 for j in result.jobs if j is not fact_job)
+
+
+def test_a_backend_that_drops_the_log_probabilities_it_declared_gets_the_schema_path_not_failed_jobs(doc):
+    """A server (or a proxy) that answers a scoring job without its log-probabilities: the job is asked again
+    through the JSON schema, and the run answers as it would on a backend that never declared them."""
+
+    def drops_logprobs(messages, params):
+        return "B" if params.logprobs else job_reply(messages, params)
+
+    local = ScriptedBackend(
+        "scripted/proxy",
+        responder=drops_logprobs,
+        capabilities=Capabilities(json_schema=True, logprobs=True, local=True),
+    )
+    result = LocalOnly(local, chunk_size=600, read_chunks=3).run("What was revenue in fiscal 2023?", [doc])
+    assert result.complete and result.citations[0].text == FACT
+    assert all(j.ok and j.attempts == 2 for j in result.jobs)
+    asked = [c.params for c in local.history]
+    assert [p.logprobs > 0 for p in asked] == [True] * 3 + [False] * 3
+    assert all(p.json_schema is not None for p in asked[3:])
 
 
 def test_a_question_with_pasted_context_works_locally_and_in_the_minions_fallback(local, doc):
