@@ -14,6 +14,7 @@ from minions.chunking import Chunk
 from minions.documents import Document
 from minions.errors import BackendError, BudgetExceededError, ConfigError
 from minions.events import CancelToken, EventSink, FinalAnswer, emit
+from minions.unicode import replaced_note, valid_text
 
 from .aggregate import locate, verify_citation
 from .channel import Meter, RemoteChannel
@@ -63,9 +64,10 @@ class BaseProtocol:
     def run(
         self, task: str, documents: DocumentsLike, *, events: EventSink | None = None, cancel: CancelToken | None = None
     ) -> RunResult:
-        task = check_task(task)
+        task, replaced = valid_text(check_task(task))
         docs = as_documents(documents)
         ctx = self._context(task, docs, events or self.events, cancel or self.cancel)
+        _note_replaced(ctx, replaced, docs)
         estimate = remote_only_estimate(task, docs, self.remote, self.options)
         try:
             with ctx.timed("total"):
@@ -97,6 +99,15 @@ class BaseProtocol:
 
     def _run(self, ctx: RunContext) -> None:
         raise NotImplementedError
+
+
+def _note_replaced(ctx: RunContext, in_task: int, docs: Sequence[Document]) -> None:
+    """A note for the question and for each document in which characters that are not valid Unicode were
+    replaced (``minions.unicode``): the answer may rest on text that is not quite what was sent."""
+    found = [("the question", in_task)] + [(d.name, d.replaced_characters) for d in docs]
+    for where, n in found:
+        if n:
+            ctx.notes.append(replaced_note(n, where))
 
 
 def _report_failed_jobs(ctx: RunContext) -> None:

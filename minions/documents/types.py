@@ -10,6 +10,7 @@ from typing import Any
 
 from minions.documents.sections import Section, detect_sections
 from minions.errors import EmptyDocumentError
+from minions.unicode import valid_text
 
 __all__ = ["MARKDOWN_SUFFIXES", "Document", "Page", "Section"]
 
@@ -37,6 +38,23 @@ class Document:
     pages: tuple[Page, ...] = field(default=(), repr=False)
     sections: tuple[Section, ...] = field(default=(), repr=False)
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Every document passes here, however it was made: text a tokenizer, SQLite or a file name cannot take
+        # (a surrogate, NUL) is replaced, at the same length so that pages and sections stay where they are,
+        # and counted in the metadata (``replaced_characters``) for the run's notes.
+        text, in_text = valid_text(self.text)
+        name, in_name = valid_text(self.name)
+        if in_text or in_name:
+            object.__setattr__(self, "text", text)
+            object.__setattr__(self, "name", name)
+            replaced = in_text + in_name + int(self.metadata.get("replaced_characters", 0))
+            object.__setattr__(self, "metadata", {**self.metadata, "replaced_characters": replaced})
+
+    @property
+    def replaced_characters(self) -> int:
+        """How many characters of the source were not valid Unicode and were replaced with U+FFFD."""
+        return int(self.metadata.get("replaced_characters", 0))
 
     @classmethod
     def from_text(cls, text: str, name: str = "document") -> Document:
