@@ -11,6 +11,9 @@ backend's ``context_window``, more for a longer prompt, in steps of ``CONTEXT_ST
 share one value (Ollama reloads the model when it changes). A prompt beyond what the model was trained for
 (``/api/show``) is a ``ContextLengthError``, never a truncated reply.
 
+Newer Ollama servers report log-probabilities (``logprobs``, ``top_logprobs``), older ones ignore the request for
+them: whether this one does is asked once, by a one-token request, the first time the capabilities are read.
+
 ``batch`` sends its jobs concurrently, at most ``OLLAMA_NUM_PARALLEL`` at once (the variable the server reads
 for the same purpose; default ``DEFAULT_NUM_PARALLEL``), after one ``/api/show`` that says whether the model is
 there (``ollama pull NAME`` if not) and how long its context is.
@@ -27,6 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -49,7 +53,7 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 from .address import on_this_device
 from .base import BaseBackend, Capabilities, MessagesLike, OnResult
 from .settings import count_from_env
-from .wire import first_error, glimpse
+from .wire import first_error, glimpse, logprob_steps
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel", "ollama_host"]
 
@@ -69,6 +73,10 @@ TOKEN_MARGIN = 1.3
 count up to about a quarter more on English and figures), so the count is raised by this factor."""
 MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds per message (role markers)."""
+MAX_TOP_LOGPROBS = 20
+"""The most alternatives per token Ollama reports (``top_logprobs``)."""
+PROBE = [Message("user", "Hi")]
+"""What the one request that finds out whether the server reports log-probabilities sends (one token back)."""
 
 
 def ollama_host() -> str:
@@ -109,7 +117,7 @@ class OllamaBackend(BaseBackend):
         self.max_concurrency = parallel if parallel is not None else num_parallel()
         self._checked = False  # whether /api/show was asked (once per backend)
         self._trained_context: int | None = None  # the model's own context length, from /api/show
-        self.capabilities = Capabilities(
+        self._capabilities = Capabilities(
             json_schema=True,
             logprobs=False,
             batching=self.max_concurrency > 1,
@@ -117,10 +125,41 @@ class OllamaBackend(BaseBackend):
             local=on_this_device(self.address),
             context_window=context_window,
         )
+        self._logprobs_known = False  # whether the server was asked if it reports them (see capabilities)
+        self._asking = threading.Lock()
         extra: dict[str, Any] = {"transport": transport} if transport is not None else {}
         self._seen = threading.local()  # the content type of this thread's last response, for error messages
         # Building the client opens no connection: a server that is down shows at the first call.
         self._client = ollama.Client(host=self.host, timeout=timeout, event_hooks={"response": [self._saw]}, **extra)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend does; ``logprobs``: whether the server reports log-probabilities, asked once, the first
+        time the capabilities are read (Ollama's releases since late 2025 do)."""
+        if not self._logprobs_known:
+            with self._asking:
+                if not self._logprobs_known:
+                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
+                    self._logprobs_known = True
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, declared: Capabilities) -> None:
+        """Declare the capabilities outright (the server is then not asked)."""
+        self._capabilities, self._logprobs_known = declared, True
+
+    def _reports_logprobs(self) -> bool:
+        """Whether the server answers a request for log-probabilities with them (one token; the same ``num_ctx``
+        as a job's, so that the model it loads is the one the jobs use). A server that cannot be asked counts as
+        one that does not report them."""
+        try:
+            reply = self._client.chat(**self._request(PROBE, SamplingParams(max_tokens=1, logprobs=1)))
+        except (*_FAILURES, *_NOT_OLLAMA) as exc:
+            log.info("Ollama at %s: no log-probabilities (%s: %s)", self.host, type(exc).__name__, exc)
+            return False
+        reports = bool(reply.logprobs)
+        log.info("Ollama at %s %s log-probabilities", self.host, "reports" if reports else "does not report")
+        return reports
 
     def _saw(self, response: httpx.Response) -> None:
         self._seen.content_type = response.headers.get("content-type")
@@ -133,7 +172,7 @@ class OllamaBackend(BaseBackend):
     def context_for(self, needed: int) -> int:
         """The ``num_ctx`` for a job of ``needed`` tokens: ``context_window``, or more in steps of ``CONTEXT_STEP``.
         More than the model was trained for is a ``ContextLengthError``."""
-        window = self.capabilities.context_window
+        window = self._capabilities.context_window
         num_ctx = window if needed <= window else -(-needed // CONTEXT_STEP) * CONTEXT_STEP
         trained = self._trained_context
         if trained is not None and num_ctx > trained:
@@ -185,6 +224,8 @@ class OllamaBackend(BaseBackend):
         }
         if params.json_schema is not None:
             kwargs["format"] = dict(params.json_schema)
+        if params.logprobs > 0:
+            kwargs.update(logprobs=True, top_logprobs=min(params.logprobs, MAX_TOP_LOGPROBS))
         return kwargs
 
     def _translate(self, exc: Exception) -> MinionsError:
@@ -261,6 +302,8 @@ class OllamaBackend(BaseBackend):
         if prompt is None:
             prompt = sum(count_tokens(m.content, self.model) for m in messages)
         completion = reply.eval_count if reply.eval_count is not None else count_tokens(text, self.model)
+        if reply.logprobs:
+            stats["logprobs"] = logprob_steps(reply.logprobs)
         total_s = reply.total_duration / NS if reply.total_duration else seconds
         return ChatResult(
             text=text,

@@ -60,7 +60,7 @@ from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, a
 
 from .address import on_this_device
 from .base import BaseBackend, Capabilities, MessagesLike
-from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, sse_data
+from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, logprob_steps, sse_data
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -139,7 +139,7 @@ MAX_TOP_LOGPROBS = 20
 """The most alternatives per token OpenAI's API reports (``top_logprobs``); servers that copy it cap it too."""
 PROBE = [Message("user", "Hi")]
 """What the one request that finds out whether a server reports log-probabilities sends (one token back)."""
-PROBE_TIMEOUT_S = 15.0
+PROBE_TIMEOUT_S = 30.0
 """Seconds that request may take: a server that cannot say so in that time is taken not to report them."""
 
 # Raised by the transport while a body is read (the SDK wraps them only while it sends the request).
@@ -404,7 +404,7 @@ class OpenAIBackend(BaseBackend):
         except _CALL_ERRORS as exc:
             log.info("%s: no log-probabilities (%s: %s)", self.endpoint, type(exc).__name__, exc)
             return False
-        reports = bool(choice.logprobs and choice.logprobs.steps())
+        reports = bool(choice.logprobs and choice.logprobs.content)
         log.info("%s %s log-probabilities", self.endpoint, "reports" if reports else "does not report")
         return reports
 
@@ -560,8 +560,8 @@ class OpenAIBackend(BaseBackend):
             prompt = sum(count_tokens(m.content, self.model) for m in messages)
             completion_tokens, cached = count_tokens(text, self.model), 0
             stats["usage_estimated"] = True
-        if choice.logprobs is not None and (steps := choice.logprobs.steps()):
-            stats["logprobs"] = steps
+        if choice.logprobs is not None and choice.logprobs.content:
+            stats["logprobs"] = logprob_steps(choice.logprobs.content)
         usage = Usage(prompt, completion_tokens, cached, calls=1, seconds=seconds)
         usage = replace(usage, cost_usd=(self._prices or default_price_table()).cost(self.model, usage))
         return ChatResult(

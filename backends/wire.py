@@ -8,12 +8,12 @@ back instead, on one line, for the error message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["SHOWN_BYTES", "Chunk", "Logprobs", "Reply", "first_error", "glimpse", "sse_data"]
+__all__ = ["SHOWN_BYTES", "Chunk", "Logprobs", "Reply", "first_error", "glimpse", "logprob_steps", "sse_data"]
 
 SHOWN_BYTES = 80
 """How much of a malformed reply an error message shows."""
@@ -70,14 +70,28 @@ class Logprobs(_Wire):
 
     content: list[_TokenLogprob] | None = None
 
-    def steps(self) -> list[list[list[str | float]]]:
-        """One entry per reply token: ``[[token_text, logprob], ...]``, most likely first (the shape of
-        ``ChatResult.stats["logprobs"]``); a token reported without alternatives counts as its own only one."""
-        steps: list[list[list[str | float]]] = []
-        for token in self.content or []:
-            top = token.top_logprobs or [_TopLogprob(token=token.token, logprob=token.logprob)]
-            steps.append([[t.token, t.logprob] for t in sorted(top, key=lambda t: -t.logprob)])
-        return steps
+
+class _Alternative(Protocol):
+    @property
+    def token(self) -> str: ...
+    @property
+    def logprob(self) -> float: ...
+
+
+class _Token(_Alternative, Protocol):
+    @property
+    def top_logprobs(self) -> Sequence[_Alternative] | None: ...
+
+
+def logprob_steps(tokens: Iterable[_Token]) -> list[list[list[str | float]]]:
+    """A reply's tokens with their alternatives (OpenAI's ``logprobs.content``, Ollama's ``logprobs``) as
+    ``ChatResult.stats["logprobs"]`` holds them: one entry per token, ``[[token_text, logprob], ...]``, most likely
+    first (servers list them in any order); a token reported without alternatives is its own only one."""
+    steps: list[list[list[str | float]]] = []
+    for token in tokens:
+        top = list(token.top_logprobs or ()) or [token]
+        steps.append([[t.token, t.logprob] for t in sorted(top, key=lambda t: -t.logprob)])
+    return steps
 
 
 class _Choice(_Wire):

@@ -117,6 +117,42 @@ def test_json_schema_becomes_format() -> None:
     assert json.loads(result.text) == {"city": "Paris"}
 
 
+# Ollama's /api/chat with "logprobs": true and "top_logprobs": n (releases since late 2025)
+LOGPROBS = [
+    {
+        "token": "Paris",
+        "logprob": -0.1,
+        "top_logprobs": [{"token": "Lyon", "logprob": -3.0}, {"token": "Paris", "logprob": -0.1}],
+    },
+    {"token": ".", "logprob": -0.01, "top_logprobs": []},
+]
+
+
+def test_logprobs_are_asked_for_and_read_most_likely_first() -> None:
+    server = Recorder(body={**CHAT_REPLY, "logprobs": LOGPROBS})
+    result = make_backend(server).chat("Capital of France?", SamplingParams(logprobs=50))
+    assert server.sent["logprobs"] is True and server.sent["top_logprobs"] == 20
+    assert result.stats["logprobs"] == [[["Paris", -0.1], ["Lyon", -3.0]], [[".", -0.01]]]
+    make_backend(server).chat("hi")
+    assert "logprobs" not in server.sent and "top_logprobs" not in server.sent
+
+
+@pytest.mark.parametrize(("body", "reports"), [({**CHAT_REPLY, "logprobs": LOGPROBS}, True), (CHAT_REPLY, False)])
+def test_the_server_is_asked_once_whether_it_reports_logprobs(body: dict[str, Any], reports: bool) -> None:
+    server = Recorder(body=body)
+    backend = make_backend(server)
+    assert server.requests == []  # building the backend asks nothing
+    assert backend.capabilities.logprobs is reports and backend.capabilities.logprobs is reports
+    assert len(server.requests) == 1
+    asked = server.sent
+    assert asked["logprobs"] is True and asked["options"]["num_predict"] == 1
+    assert asked["options"]["num_ctx"] == backend.capabilities.context_window  # the jobs' num_ctx: no reload
+
+
+def test_a_server_that_cannot_be_asked_reports_no_logprobs() -> None:
+    assert make_backend(Recorder(500, {"error": "boom"})).capabilities.logprobs is False
+
+
 def test_length_finish_reason() -> None:
     server = Recorder(body={**CHAT_REPLY, "done_reason": "length"})
     assert make_backend(server).chat("hi").finish_reason == "length"
@@ -201,6 +237,27 @@ def test_real_ollama_server() -> None:
     assert result.text.strip()
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
     assert result.timings.total_s > 0
+
+
+@pytest.mark.live
+def test_real_ollama_server_scores_a_job_where_it_reports_logprobs() -> None:
+    """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m). A server that reports
+    log-probabilities scores the demo's jobs by them; one that does not (an older release) takes the schema path;
+    either way the question is answered with its quote."""
+    from pathlib import Path
+
+    from minions.documents import load_document
+    from minions.protocols import LocalOnly
+
+    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    scores = backend.capabilities.logprobs
+    if scores:
+        result = backend.chat("Which is larger, 3 or 5?", SamplingParams(max_tokens=4, logprobs=5))
+        assert result.stats["logprobs"] and all(len(step) >= 1 for step in result.stats["logprobs"])
+    demo = load_document(Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md")
+    run = LocalOnly(backend).run("What was Northwind's total revenue in 2025?", [demo])
+    assert run.jobs and all(job.ok for job in run.jobs), [job.error for job in run.jobs]
+    assert all((job.score is not None) is scores for job in run.jobs)
 
 
 @pytest.mark.live
