@@ -1,9 +1,10 @@
 """One model on several OpenAI-compatible servers (vLLM, SGLang, llama.cpp's server): a fleet.
 
 Spelled ``openai-compatible/<model>@<url>,<url>,...`` (see ``backends.registry``). A batch's jobs sit in one
-queue; each server takes them ``per_server`` at a time (``MINIONS_SERVER_CONCURRENCY``, default
-``DEFAULT_PER_SERVER``: servers that batch on their own want several requests in flight, and more than they
-take would only wait in their queue), so a faster server simply takes more of them.
+queue; each server takes them ``per_server`` at a time (``MINIONS_SERVER_CONCURRENCY``; unset, as many as the
+server's slots where it reports them, llama.cpp's server does, else ``DEFAULT_PER_SERVER``: servers that batch on
+their own want several requests in flight, and more than they take would only wait in their queue), so a faster
+server simply takes more of them.
 
 A server that fails (refuses connections, drops them, times out, answers with something that is not a
 completion, or lacks the model) is out for the rest of the batch, and the jobs it held go back to the queue for
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -82,8 +84,12 @@ class FleetBackend(BaseBackend):
         options = {"max_retries": SERVER_RETRIES, "backoff_s": 0.2, **server_options}
         provider = Provider("openai-compatible", None, key_env=None)
         self.servers = [OpenAIBackend(model, provider=provider, base_url=url, **options) for url in self.base_urls]
-        self.per_server = per_server if per_server is not None else server_concurrency()
-        self.max_concurrency = self.per_server * len(self.servers)
+        given = per_server is not None or bool(os.environ.get(PER_SERVER_ENV, "").strip())
+        self.per_server: int | None = (
+            (per_server if per_server is not None else server_concurrency()) if given else None
+        )
+        """Requests in flight per server, where given (or ``MINIONS_SERVER_CONCURRENCY``); None: each server's
+        own slots where it reports them, else ``DEFAULT_PER_SERVER`` (``in_flight``)."""
         self._local = on_this_device(self.address)
         self._capabilities: Capabilities | None = None
         self._turn = itertools.count()
@@ -109,6 +115,18 @@ class FleetBackend(BaseBackend):
     @capabilities.setter
     def capabilities(self, declared: Capabilities) -> None:
         self._capabilities = declared
+
+    def in_flight(self, server: OpenAIBackend) -> int:
+        """Requests in flight on ``server``: ``per_server``, else the slots it reports, else ``DEFAULT_PER_SERVER``."""
+        return self.per_server or server.slots or DEFAULT_PER_SERVER
+
+    @property
+    def max_concurrency(self) -> int:
+        return sum(self.in_flight(server) for server in self.servers)
+
+    @max_concurrency.setter
+    def max_concurrency(self, requests: int) -> None:
+        self.per_server = max(1, requests // len(self.servers))
 
     # -- one call: the servers in turn ------------------------------------------------------------------
 
@@ -176,8 +194,8 @@ class _FleetRun:
     def run(self) -> list[ChatResult]:
         workers = [
             threading.Thread(target=self._work, args=(s,), name=f"minions-fleet-{s}-{k}", daemon=True)
-            for s in range(len(self.fleet.servers))
-            for k in range(min(self.fleet.per_server, len(self.requests)))
+            for s, server in enumerate(self.fleet.servers)
+            for k in range(min(self.fleet.in_flight(server), len(self.requests)))
         ]
         for w in workers:
             w.start()

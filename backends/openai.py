@@ -139,6 +139,8 @@ MAX_TOP_LOGPROBS = 20
 """The most alternatives per token OpenAI's API reports (``top_logprobs``); servers that copy it cap it too."""
 PROBE = [Message("user", "Hi")]
 """What the one request that finds out whether a server reports log-probabilities sends (one token back)."""
+DEFAULT_CONCURRENCY = 8
+"""Requests of a batch in flight at once where the server does not say how many it runs together."""
 PROBE_TIMEOUT_S = 30.0
 """Seconds that request may take: a server that cannot say so in that time is taken not to report them."""
 
@@ -268,8 +270,6 @@ class OpenAIBackend(BaseBackend):
     (see ``DEFAULT_TIMEOUT_S``); None reads ``MINIONS_REMOTE_TIMEOUT``.
     """
 
-    max_concurrency = 8
-
     def __init__(
         self,
         model: str,
@@ -317,6 +317,8 @@ class OpenAIBackend(BaseBackend):
         )
         # A server at a custom URL is asked once, the first time a caller reads the capabilities (see there).
         self._logprobs_known = not self._custom_url
+        self._slots: int | None = None
+        self._slots_known = not self._custom_url  # asked at the first batch (see max_concurrency)
         self._prices = prices
         self._http_client = http_client
         self._lock = threading.Lock()
@@ -389,6 +391,44 @@ class OpenAIBackend(BaseBackend):
     def capabilities(self, declared: Capabilities) -> None:
         """Declare the capabilities outright (the server is then not asked)."""
         self._capabilities, self._logprobs_known = declared, True
+
+    @property
+    def max_concurrency(self) -> int:
+        """Requests of a batch in flight at once: the server's ``slots`` where it says, else
+        ``DEFAULT_CONCURRENCY``. More than it runs together would wait in its queue, and the wait counts against
+        the timeout."""
+        return self.slots or DEFAULT_CONCURRENCY
+
+    @max_concurrency.setter
+    def max_concurrency(self, requests: int) -> None:
+        self._slots, self._slots_known = requests, True
+
+    @property
+    def slots(self) -> int | None:
+        """The requests the server runs together, where it says so (llama.cpp's server reports its slots at
+        ``/props``), asked once, the first time it is read (a batch reads it); None elsewhere."""
+        if not self._slots_known:
+            with self._asking:
+                if not self._slots_known:
+                    self._slots, self._slots_known = self._server_slots(), True
+        return self._slots
+
+    def _server_slots(self) -> int | None:
+        """The slots the server reports (``total_slots`` at ``/props`` beside ``/v1``), or None: servers other than
+        llama.cpp's answer 404 there."""
+        url = f"{self.address.rstrip('/').removesuffix('/v1')}/props"
+        try:
+            with contextlib.ExitStack() as stack:
+                client = self._http_client or stack.enter_context(httpx.Client())
+                response = client.get(url, timeout=min(self.timeout, PROBE_TIMEOUT_S))
+            slots = response.json().get("total_slots") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.info("%s: no slots reported (%s: %s)", url, type(exc).__name__, exc)
+            return None
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            return None
+        log.info("%s runs %d requests at once", self.endpoint, slots)
+        return slots
 
     def _hosted_logprobs(self) -> bool:
         reasoning = self.model.lower().startswith(_REASONING_PREFIXES)

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from minions.backends.address import host_of
-from minions.backends.fleet import FleetBackend
+from minions.backends.fleet import DEFAULT_PER_SERVER, PER_SERVER_ENV, FleetBackend
+from minions.backends.openai import DEFAULT_CONCURRENCY, OpenAIBackend
 from minions.backends.registry import resolve
 from minions.errors import UnknownProviderError
 from minions.types import ChatRequest, Message, SamplingParams
@@ -29,10 +30,11 @@ from tests.loopback import LoopbackServer, serving
 class EchoServer(LoopbackServer):
     """Answers every chat completion with the last word of the prompt; counts requests in flight."""
 
-    def __init__(self, delay_s: float = 0.05, *, logprobs: bool = False) -> None:
+    def __init__(self, delay_s: float = 0.05, *, logprobs: bool = False, slots: int | None = None) -> None:
         super().__init__(EchoHandler)
         self.delay_s = delay_s
         self.logprobs = logprobs  # whether it reports log-probabilities when asked
+        self.slots = slots  # what it reports at /props, as llama.cpp's server does (None: 404, as others)
         self.lock = threading.Lock()
         self.in_flight = self.peak = self.served = 0
 
@@ -46,6 +48,17 @@ class EchoHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def do_GET(self) -> None:
+        if self.path != "/props" or self.server.slots is None:
+            self.send_error(404)
+            return
+        data = json.dumps({"total_slots": self.server.slots, "n_ctx": 4096}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -114,6 +127,20 @@ def test_a_fleet_reports_logprobs_only_where_every_server_does(second_reports: b
         assert fleet.capabilities.batching and a.served == b.served == 1  # each server asked once
         result = fleet.chat("Say hi", SamplingParams(max_tokens=1, logprobs=1))
         assert ("logprobs" in result.stats) is (result.stats["server"] == a.base_url or second_reports)
+
+
+def test_a_server_gets_as_many_jobs_at_once_as_the_slots_it_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PER_SERVER_ENV, raising=False)
+    with serving(EchoServer(slots=3)) as a, serving(EchoServer()) as b:
+        single = OpenAIBackend("m", base_url=a.base_url)
+        assert [r.text for r in single.batch(jobs(12))] == [str(i) for i in range(12)]
+        assert single.slots == 3 and single.max_concurrency == 3 and a.peak == 3
+        assert OpenAIBackend("m", base_url=b.base_url).max_concurrency == DEFAULT_CONCURRENCY  # says nothing
+        a.peak = 0
+        fleet = FleetBackend("m", [a.base_url, b.base_url])
+        assert fleet.max_concurrency == 3 + DEFAULT_PER_SERVER
+        assert len(fleet.batch(jobs(16))) == 16 and a.peak == 3 and b.peak <= DEFAULT_PER_SERVER
+        assert FleetBackend("m", [a.base_url, b.base_url], per_server=1).max_concurrency == 2  # given wins
 
 
 def test_jobs_spread_over_the_servers_bounded_per_server(two: tuple[EchoServer, EchoServer]) -> None:
