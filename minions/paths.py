@@ -4,11 +4,12 @@ benchmark data (``--data``, else ``$MINIONS_DATA``)."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from minions.errors import ConfigError
 
-__all__ = ["DATA_ENV", "benchmark_data", "cache_dir"]
+__all__ = ["DATA_ENV", "LIBRARY_ENV", "benchmark_data", "cache_dir", "library_dir", "writable_dir"]
 
 DATA_ENV = "MINIONS_DATA"
 """A folder that holds the benchmarks' downloads side by side, one folder each (``financebench/``, ``leval/``, ...)."""
@@ -21,6 +22,30 @@ def cache_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "minions"
+
+
+def writable_dir(path: Path, fix: str) -> Path:
+    """``path``, created if need be, once a file can be written in it; else a ConfigError that says ``fix``."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"Cannot write to {path} ({exc.strerror or exc}): {fix}.") from exc
+    return path
+
+
+LIBRARY_ENV = "MINIONS_LIBRARY"
+
+
+def library_dir() -> Path:
+    """The default library (``minions index``, ``minions ask --library``): ``$MINIONS_LIBRARY``, else
+    ``$XDG_DATA_HOME/minions/library``, else ``~/.local/share/minions/library``."""
+    explicit = os.environ.get(LIBRARY_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "minions" / "library"
 
 
 def benchmark_data(name: str, given: str | os.PathLike[str] | None = None, *, expected: str = "") -> Path:

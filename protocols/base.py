@@ -22,6 +22,7 @@ from .choice import missing_remote, needs_remote
 from .context import RunCancelled, RunContext, remote_only_estimate
 from .inputs import DocumentsLike, as_documents, check_task
 from .options import RunOptions
+from .ranking import Ranking
 from .redact import Redactor
 from .result import Citation, EgressLog, RunResult
 
@@ -62,11 +63,20 @@ class BaseProtocol:
         self.cancel = cancel
 
     def run(
-        self, task: str, documents: DocumentsLike, *, events: EventSink | None = None, cancel: CancelToken | None = None
+        self,
+        task: str,
+        documents: DocumentsLike,
+        *,
+        events: EventSink | None = None,
+        cancel: CancelToken | None = None,
+        ranking: Ranking | None = None,
     ) -> RunResult:
+        """``ranking``: the documents' chunks ranked ahead (a library's search), for the protocols that rank chunks
+        by words (``local``, ``rag``); the others read ``documents`` as they would."""
         task, replaced = valid_text(check_task(task))
         docs = as_documents(documents)
         ctx = self._context(task, docs, events or self.events, cancel or self.cancel)
+        ctx.ranking = ranking
         _note_replaced(ctx, replaced, docs)
         estimate = remote_only_estimate(task, docs, self.remote, self.options)
         try:

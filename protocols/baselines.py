@@ -75,8 +75,11 @@ class RAG(BaseProtocol):
     def _run(self, ctx: RunContext) -> None:
         ctx.rounds = 1
         o = ctx.options
-        chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
+        if ctx.ranking is not None:
+            ranked = list(ctx.ranking.ranked[: o.top_k])
+        else:
+            chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+            ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
         top = [r.chunk for r in ranked]
         ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in ranked]
         context = "\n\n".join(f"[{c.label}]\n{c.text}" for c in top)
@@ -118,7 +121,8 @@ class LocalOnly(BaseProtocol):
     def _run(self, ctx: RunContext) -> None:
         ctx.rounds = 1
         o = ctx.options
-        chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+        chunks = [] if ctx.ranking is not None else chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size,
+                                                                    overlap=o.overlap)  # fmt: skip
         reading = read(ctx, chunks, ctx.task)
         docs = {d.name: d for d in ctx.documents}
         checked, findings = aggregate(ctx.jobs, {j.job_id: j.chunk for j in reading.jobs}, docs)
@@ -129,7 +133,8 @@ class LocalOnly(BaseProtocol):
         quoted = best_quotes([by_job[j.job_id] for _, j in passed if j.job_id in by_job], ctx.task)
         ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
         failed = sum(r.failed_in_backend for r in reading.records)
-        ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=len(chunks), failed=failed)
+        searched = ctx.ranking.chunks if ctx.ranking is not None else len(chunks)
+        ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=searched, failed=failed)
 
 
 def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:

@@ -18,6 +18,7 @@ from minions.types import Usage
 
 from .channel import LocalEgress, Meter, RemoteChannel
 from .options import RunOptions
+from .ranking import Ranking
 from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
 
 __all__ = ["RunCancelled", "RunContext", "remote_only_estimate"]
@@ -46,6 +47,9 @@ class RunContext:
     evidence: list[Evidence] = field(default_factory=list)
     reading: dict[str, Any] = field(default_factory=dict)
     """What the local model read: chunks, scored, read, skipped, why (``protocols.reading``)."""
+    ranking: Ranking | None = None
+    """The chunks ranked ahead of the run, by a library's index (``protocols.library``); None: the run ranks the
+    documents' chunks itself."""
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)

@@ -5,7 +5,8 @@ The chunks are cut as the local reading cuts them (``RunOptions``: ``chunk_by``,
 the prefixes are built by the jobs' own ``job_request``, so what is saved is what the jobs restore. Only a
 backend that keeps prompt prefixes (the embedded llama.cpp model) can index; any other raises ``ConfigError``.
 
-``Library`` is the SDK's view: documents added (loaded and indexed), then asked about.
+The library (``protocols.library``) saves a chunk's state when a question reads it; this computes them all
+ahead, for ``minions index --warm`` and ``Library.warm``.
 """
 
 from __future__ import annotations
@@ -13,24 +14,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from minions.backends.base import Backend
 from minions.backends.registry import default_local, resolve
 from minions.chunking import Chunk, chunk_documents
-from minions.documents import Document, load_document
+from minions.documents import Document
 from minions.errors import ConfigError
 from minions.events import CancelToken
 from minions.types import ChatRequest, SamplingParams
 
-from .choice import default_protocol
-from .factory import get_protocol
 from .jobs import job_request
 from .options import RunOptions
-from .result import RunResult
 
-__all__ = ["IndexProgress", "Library", "PrefixSaver", "index_documents", "index_requests"]
+__all__ = ["IndexProgress", "PrefixSaver", "index_documents", "index_requests"]
 
 PLACEHOLDER = "?"
 """The question of an indexing request: the saved prefix ends before the question, so any question will do."""
@@ -134,43 +131,3 @@ def _index_one(
     if on_progress is not None:
         on_progress(final)
     return final
-
-
-class Library:
-    """Documents read ahead of questions. ``add`` loads and indexes them on the local model (when it keeps prompt
-    prefixes: the embedded one does); ``ask`` answers a question over all of them, computing only the question
-    over each chunk it reads.
-
-        library = Library()                  # the embedded model, no remote: the local protocol
-        library.add("3M_2018_10K.pdf")       # minutes, once; saved under ~/.cache/minions/kv
-        library.ask("What was 3M's FY2018 capital expenditure?").answer
-    """
-
-    def __init__(
-        self,
-        local: Backend | str | None = None,
-        remote: Backend | str | None = None,
-        *,
-        protocol: str | None = None,
-        **options: Any,
-    ) -> None:
-        self.local = resolve(local or default_local()) if not isinstance(local, Backend) else local
-        self.remote = resolve(remote) if isinstance(remote, str) else remote
-        self.protocol = get_protocol(protocol or default_protocol(self.remote is not None), self.local, self.remote,
-                                     **options)  # fmt: skip
-        self.documents: list[Document] = []
-
-    def add(
-        self, *paths: str | Path | Document, on_progress: Callable[[IndexProgress], None] | None = None
-    ) -> list[IndexProgress]:
-        """Load ``paths`` (or take loaded documents) and index them; a backend that keeps no prefixes just loads."""
-        docs = [p if isinstance(p, Document) else load_document(p) for p in paths]
-        self.documents.extend(docs)
-        if not isinstance(self.local, PrefixSaver):
-            return []
-        return index_documents(docs, self.local, options=self.protocol.options, on_progress=on_progress)
-
-    def ask(self, question: str, **kwargs: Any) -> RunResult:
-        if not self.documents:
-            raise ConfigError("The library is empty: add documents first (Library.add('report.pdf')).")
-        return self.protocol.run(question, self.documents, **kwargs)

@@ -17,7 +17,7 @@ from minions.chunking import Chunk
 
 from .retrieval import BM25, asks_for_quantity, figure_share
 
-__all__ = ["FIGURE_WEIGHT", "Ranked", "fused_order", "lexical_rank", "word_order"]
+__all__ = ["FIGURE_WEIGHT", "Ranked", "Ranking", "fused_order", "lexical_rank", "word_order"]
 
 FIGURE_WEIGHT = 4.0
 """A chunk whose tokens are all figures (capped at half) scores up to 1 + FIGURE_WEIGHT / 2 times its BM25 score."""
@@ -34,6 +34,15 @@ class Ranked:
     score: float
     model: float | None = None
     """The local model's log-odds that the chunk answers the question; None when it did not read it."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Chunks ranked ahead of a run (a library's search): the best ``ranked``, of ``chunks`` searched."""
+
+    ranked: Sequence[Ranked]
+    chunks: int
+    """Chunks the search ranked them among (every chunk of the documents searched)."""
 
 
 def word_order(texts: Sequence[str], query: str, *, question: str | None = None) -> list[tuple[int, float]]:

@@ -47,15 +47,19 @@ class Reading:
 
 
 def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str | None = None) -> Reading:
-    """Rank ``chunks`` for ``question`` (BM25 over ``query``, default the question) and run the evidence jobs over
-    the best ``read_chunks``."""
-    with ctx.timed("rank"):
-        ranked = lexical_rank(chunks, query or question, question=question)
+    """Rank ``chunks`` for ``question`` (BM25 over ``query``, default the question; ``ctx.ranking`` instead when
+    the run was given one) and run the evidence jobs over the best ``read_chunks``."""
+    total = len(chunks)
+    if ctx.ranking is not None:
+        ranked, total = list(ctx.ranking.ranked), ctx.ranking.chunks
+    else:
+        with ctx.timed("rank"):
+            ranked = lexical_rank(chunks, query or question, question=question)
     n = min(ctx.options.read_chunks, len(ranked))
     jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk) for i, r in enumerate(ranked[:n])]
     records = run_jobs(ctx, jobs)
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]
-    _count(ctx, len(chunks), n, ranked, scored=scores_sentences(ctx))
+    _count(ctx, total, n, ranked, scored=scores_sentences(ctx))
     return Reading(ranked, jobs, records)
 
 

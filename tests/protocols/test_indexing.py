@@ -16,7 +16,8 @@ from minions.backends.scripted import ScriptedBackend
 from minions.cli import main
 from minions.documents import Document
 from minions.errors import ConfigError
-from minions.protocols.indexing import IndexProgress, Library, index_documents
+from minions.protocols.indexing import IndexProgress, index_documents
+from minions.protocols.library import Library
 from minions.protocols.options import RunOptions
 
 SENTENCES = [
@@ -65,7 +66,7 @@ def test_indexed_chunks_are_restored_by_the_questions(tmp_path: Path) -> None:
 
     asked = backend(tmp_path)  # a new engine: nothing in memory
     try:
-        library = Library(asked, chunk_size=OPTIONS.chunk_size, read_chunks=OPTIONS.read_chunks)
+        library = Library(local=asked, chunk_size=OPTIONS.chunk_size, read_chunks=OPTIONS.read_chunks)
         library.add(DOC)
         result = library.ask("What were capital expenditures in 2018?")
         stats = asked.engine.stats

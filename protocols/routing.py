@@ -1,0 +1,179 @@
+"""Which documents of a library a question is about: the first level of ranking a library.
+
+Each document gets a ``profile`` when it is indexed, read off its first page, where filings and reports say who
+they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal year ended December 31, 2018 ...
+3M COMPANY"; a press release's headline):
+
+    terms    the words of its opening ``COVER_CHARS`` characters (ours: ``protocols.retrieval.tokenize``)
+    form     10-K, 10-Q, 8-K or earnings, when the cover says so
+    year     the year its period ends in (fiscal year, quarter, or date of report)
+
+``route`` scores each document for a question:
+
+    name     the question's words found on the cover, each weighted by how few covers hold it (IDF over the
+             library's covers): "3M" or "PepsiCo" are on a few covers, "annual" and "report" on all of them
+    year     the question's latest year (FY2018, FY18, fiscal 2018, 2018) against the document's: the same year
+             best, the year after next (a later report covers it too), any other year nothing
+    form     the form the question names (10-K, 10-Q, 8-K, quarter, earnings) against the document's
+
+and keeps the documents whose name score is near the best (``NAME_SHARE``), best ``MAX_ROUTED`` by name, year
+and form together. A question whose words are on no cover keeps every document. File names are not used: a
+user's files are named anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from minions.documents import Document
+
+from .retrieval import tokenize
+
+__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "profile", "question_years", "route"]
+
+COVER_CHARS = 3000
+"""How much of a document's opening text its profile reads (a filing's cover page fits)."""
+MAX_ROUTED = 3
+"""Most documents a question is routed to."""
+NAME_SHARE = 0.6
+"""A document is a candidate when its name score is at least this share of the best one's."""
+NAMING_SHARE = 0.8
+"""A word of the question names documents only if at most this share of the library's documents hold it."""
+YEAR_WEIGHT = {0: 1.0, 1: 0.4, -1: 0.2}
+"""Year score by (document's year - the question's latest year)."""
+FORM_WEIGHT = 0.3
+SIZE_WEIGHT = 0.2
+"""Between documents that match alike, the longer one (an annual report over its quarter's press release)."""
+
+_SPACE = re.compile(r"\s+")
+_FORM = re.compile(r"\bform\s+(10-k|10-q|8-k)\b", re.IGNORECASE)
+_EARNINGS = re.compile(
+    r"\b(?:reports?|announces?)\b.{0,80}\b(?:quarter|fiscal|full[- ]year|results)\b|\bfor immediate release\b",
+    re.IGNORECASE,
+)
+_ENDED = re.compile(
+    r"(?:fiscal year|year|quarterly period|period|quarter)\s+ended\b(.{0,80}?)\b((?:19|20)\d\d)\b", re.IGNORECASE
+)
+_REPORT_DATE = re.compile(r"date of (?:report|earliest event)[^:]{0,60}:?\s*(.{0,40}?)\b((?:19|20)\d\d)\b", re.I)
+_EARLY_JANUARY = re.compile(r"\bjanuary\s+[1-7],?\s*$", re.IGNORECASE)
+_ANY_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+_Q_YEARS = re.compile(
+    r"\b(?:fy|cy|fiscal(?: year)?|q[1-4]|[1-4]q|h[12]|[12]h)\s*'?((?:19|20)?\d\d)\b|\b((?:19|20)\d\d)\b", re.I
+)
+_Q_FORMS = (
+    (re.compile(r"\b10-?k\b|\bannual report\b", re.I), "10-K"),
+    (re.compile(r"\b10-?q\b|\bquarterly report\b", re.I), "10-Q"),
+    (re.compile(r"\b8-?k\b", re.I), "8-K"),
+    (re.compile(r"\bearnings (?:release|report|call)\b|\bpress release\b", re.I), "earnings"),
+)
+
+
+def profile(doc: Document, chunks: int = 0) -> dict[str, Any]:
+    """What routing knows of ``doc``: its cover's terms, its form, its year (None where not found) and its size in
+    ``chunks``."""
+    cover = _SPACE.sub(" ", doc.text[:COVER_CHARS])
+    form_match = _FORM.search(cover)
+    form = form_match.group(1).upper() if form_match else ("earnings" if _EARNINGS.search(cover[:600]) else None)
+    year = None
+    for pattern in (_ENDED, _REPORT_DATE):
+        if (m := pattern.search(cover)) is not None:
+            year = int(m.group(2))
+            # a 52/53-week year that ends in the first days of January is the year before's (J&J's FY2022
+            # ended January 1, 2023)
+            if pattern is _ENDED and _EARLY_JANUARY.search(m.group(1)):
+                year -= 1
+            break
+    if year is None and (m := _ANY_YEAR.search(cover[:600])) is not None:
+        year = int(m.group(1))
+    return {"terms": sorted(set(tokenize(cover))), "form": form, "year": year, "chunks": chunks}
+
+
+def question_years(question: str) -> list[int]:
+    """The years ``question`` names (FY2018, FY18, fiscal 2018, Q2 2023, 2018), in order."""
+    out = []
+    for m in _Q_YEARS.finditer(question):
+        y = m.group(1) or m.group(2)
+        out.append(int(y) if len(y) == 4 else 2000 + int(y))
+    return out
+
+
+def _question_form(question: str) -> str | None:
+    return next((form for pattern, form in _Q_FORMS if pattern.search(question)), None)
+
+
+@dataclass(frozen=True)
+class Route:
+    """The documents a question was routed to, best first, and why."""
+
+    documents: list[str]
+    """Names, best first; every document when the question names none."""
+    why: dict[str, str] = field(default_factory=dict)
+    """Per routed document: what matched (cover words, year, form)."""
+    considered: int = 0
+    """Documents in the library."""
+    routed: bool = False
+    """Whether the question was narrowed to some documents (False: it names none; all are searched)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "why": self.why, "of": self.considered, "routed": self.routed}
+
+
+def route(
+    question: str,
+    profiles: Mapping[str, Mapping[str, Any]],
+    document_frequency: Mapping[str, int] | None = None,
+    *,
+    limit: int = MAX_ROUTED,
+) -> Route:
+    """The documents of ``profiles`` (name -> ``profile``) that ``question`` is about (see the module doc).
+    ``document_frequency``: in how many documents each term of the question occurs anywhere (default: on how many
+    covers); a word found in every document's text ("sales", "capital") names none of them."""
+    names = list(profiles)
+    if len(names) <= limit:
+        return Route(names, {}, len(names), False)
+    covers = {n: set(profiles[n].get("terms", ())) for n in names}
+    df = Counter(t for terms in covers.values() for t in terms)
+    if document_frequency is not None:
+        for t, f in document_frequency.items():
+            df[t] = max(df[t], f)
+    n_docs = len(names)
+    q_terms = set(tokenize(question))
+    name_score, matched = {}, {}
+    for n in names:
+        hits = sorted(t for t in q_terms & covers[n] if df[t] <= NAMING_SHARE * n_docs)
+        matched[n] = hits
+        name_score[n] = sum(math.log(n_docs / df[t]) for t in hits)
+    best = max(name_score.values())
+    if best <= 0:
+        return Route(names, {}, n_docs, False)
+    years, form = question_years(question), _question_form(question)
+    latest = max(years) if years else None
+    most_chunks = max(1, *(int(p.get("chunks", 0)) for p in profiles.values()))
+
+    def score(n: str) -> tuple[float, float]:
+        p = profiles[n]
+        year = YEAR_WEIGHT.get(p["year"] - latest, 0.0) if latest is not None and p.get("year") else 0.0
+        same_form = FORM_WEIGHT if form is not None and p.get("form") == form else 0.0
+        size = SIZE_WEIGHT * math.log1p(p.get("chunks", 0)) / math.log1p(most_chunks)
+        return name_score[n] / best + year + same_form + size, name_score[n]
+
+    candidates = [n for n in names if name_score[n] >= NAME_SHARE * best]
+    chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
+    why = {n: _why(matched[n], profiles[n], latest, form) for n in chosen}
+    return Route(chosen, why, n_docs, True)
+
+
+def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, form: str | None) -> str:
+    parts = [f"cover names {', '.join(words[:5])}"]
+    if latest is not None and p.get("year") == latest:
+        parts.append(f"period {latest}")
+    elif p.get("year"):
+        parts.append(f"period {p['year']}")
+    if form is not None and p.get("form") == form:
+        parts.append(f"form {form}")
+    return "; ".join(parts)

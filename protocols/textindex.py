@@ -1,0 +1,352 @@
+"""The library's text index: every chunk of every document, found by words through SQLite's FTS5.
+
+One SQLite file holds, per document, its text (compressed, with pages and sections), its routing profile
+(``protocols.routing``) and its chunks, each with its document, pages and section; FTS5 keeps the chunks' terms.
+The terms are ours (``protocols.retrieval.tokenize``: stop words dropped, plurals made singular), written into
+FTS5 as space-separated words, so FTS5 ranks by BM25 over the same terms the in-memory ranking uses; the figure
+prior for quantity questions (``protocols.ranking.FIGURE_WEIGHT``) multiplies FTS5's score in the same query.
+
+    index = SqliteIndex("library.sqlite")
+    index.add(doc, chunks, key="/path/10K.pdf", sha256=digest)   # one transaction: all of it or nothing
+    index.search("capital expenditure 2018", documents=["3M_2018_10K.pdf"], k=20)   # [Ranked, ...]
+
+A document is added in one transaction, so an interrupted build leaves no half-written entry: the next build
+finds the file missing or its hash changed and adds it again. ``ChunkIndex`` is the interface a search server
+(OpenSearch, Qdrant, ...) would implement to take this one's place.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from minions.chunking import Chunk
+from minions.documents import Document, Page, Section
+from minions.errors import ConfigError
+
+from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked
+from .retrieval import asks_for_quantity, figure_share, tokenize
+
+__all__ = ["ChunkIndex", "IndexedDocument", "SqliteIndex"]
+
+FORMAT = 1
+"""Bump when what is stored changes (the terms, the chunk fields): an index of another format is rebuilt."""
+PRIOR_POOL = 300
+"""Chunks ranked by words alone that the figure prior re-ranks (``SqliteIndex.search``)."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    sha256 TEXT NOT NULL,
+    bytes INTEGER NOT NULL,
+    pages INTEGER NOT NULL,
+    chars INTEGER NOT NULL,
+    chunks INTEGER NOT NULL,
+    profile TEXT NOT NULL,
+    body BLOB NOT NULL,
+    added_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id INTEGER PRIMARY KEY,
+    doc INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    pages TEXT NOT NULL,
+    section TEXT,
+    figures REAL NOT NULL,
+    text TEXT NOT NULL,
+    terms TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc, idx);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
+    terms, doc, content='chunks', content_rowid='id', tokenize='unicode61 remove_diacritics 0'
+);
+CREATE VIRTUAL TABLE IF NOT EXISTS doc_terms USING fts5(terms, tokenize='unicode61 remove_diacritics 0');
+CREATE VIRTUAL TABLE IF NOT EXISTS doc_vocab USING fts5vocab(doc_terms, 'row');
+"""
+
+
+@dataclass(frozen=True)
+class IndexedDocument:
+    """A document as the index keeps it: enough to list, route and cite it without loading its file."""
+
+    name: str
+    key: str
+    """Where it came from: the file's resolved path, or its name for a document given as text."""
+    sha256: str
+    bytes: int
+    pages: int
+    chars: int
+    chunks: int
+    added_at: float
+    profile: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("name", "key", "bytes", "pages", "chars", "chunks", "profile")}
+
+
+class ChunkIndex(Protocol):
+    """What the library needs of an index; ``SqliteIndex`` is the embedded one."""
+
+    def documents(self) -> list[IndexedDocument]: ...
+    def find(self, key: str) -> IndexedDocument | None: ...
+    def add(
+        self, doc: Document, chunks: Sequence[Chunk], *, key: str, sha256: str, size: int, profile: dict[str, Any]
+    ) -> IndexedDocument: ...
+    def remove(self, name: str) -> bool: ...
+    def document(self, name: str) -> Document: ...
+    def search(
+        self, query: str, *, question: str | None = None, documents: Sequence[str] | None = None, k: int = 20
+    ) -> list[Ranked]: ...
+    def chunk_count(self, documents: Sequence[str] | None = None) -> int: ...
+    def document_frequency(self, terms: Sequence[str]) -> dict[str, int]: ...
+    def disk_bytes(self) -> int: ...
+    def close(self) -> None: ...
+
+
+def _body(doc: Document) -> bytes:
+    data = {
+        "text": doc.text,
+        "path": doc.path,
+        "pages": [[p.number, p.start, p.end] for p in doc.pages],
+        "sections": [[s.title, s.start, s.end] for s in doc.sections],
+        "metadata": dict(doc.metadata),
+    }
+    return zlib.compress(json.dumps(data, ensure_ascii=False, default=str).encode(), 6)
+
+
+def _document(name: str, body: bytes) -> Document:
+    data = json.loads(zlib.decompress(body))
+    return Document(
+        name=name,
+        text=data["text"],
+        path=data["path"],
+        pages=tuple(Page(*p) for p in data["pages"]),
+        sections=tuple(Section(*s) for s in data["sections"]),
+        metadata=data["metadata"],
+    )
+
+
+def _ranked(row: Sequence[Any], score: float) -> Ranked:
+    _, name, idx, text, start, end, pages, section, _ = row
+    return Ranked(Chunk(name, idx, text, start, end, tuple(json.loads(pages)), section), score)
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 query for any of ``query``'s terms (ours, quoted); None when it has none."""
+    terms = list(dict.fromkeys(tokenize(query)))
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+class SqliteIndex:
+    """The embedded ``ChunkIndex``: one SQLite file (``":memory:"`` for one that lives as long as the object).
+
+    Safe to share between threads: one connection, used under a lock (searches take milliseconds)."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"Cannot create the folder of the library index {self.path}: {exc}") from exc
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA journal_mode = WAL") if self.path != ":memory:" else None
+            self._lock = threading.RLock()
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            raise ConfigError(
+                f"{self.path} is not a library index SQLite can read ({exc}): remove it, or give another path."
+            ) from exc
+
+    def _open(self) -> None:
+        row = None
+        with suppress(sqlite3.OperationalError):  # a new file has no meta table yet
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is not None and row[0] != str(FORMAT):
+            for table in ("doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
+                self._db.execute(f"DROP TABLE IF EXISTS {table}")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # -- what is in it ------------------------------------------------------------------------------------------
+    _COLUMNS = "name, key, sha256, bytes, pages, chars, chunks, added_at, profile"
+
+    def _record(self, row: Sequence[Any]) -> IndexedDocument:
+        name, key, sha256, size, pages, chars, chunks, added_at, profile = row
+        return IndexedDocument(name, key, sha256, size, pages, chars, chunks, added_at, json.loads(profile))
+
+    def documents(self) -> list[IndexedDocument]:
+        with self._lock:
+            rows = self._db.execute(f"SELECT {self._COLUMNS} FROM documents ORDER BY id").fetchall()
+        return [self._record(r) for r in rows]
+
+    def find(self, key: str) -> IndexedDocument | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {self._COLUMNS} FROM documents WHERE key = ?", (key,)).fetchone()
+        return self._record(row) if row else None
+
+    def document(self, name: str) -> Document:
+        with self._lock:
+            row = self._db.execute("SELECT body FROM documents WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise KeyError(name)
+        return _document(name, row[0])
+
+    def chunk_count(self, documents: Sequence[str] | None = None) -> int:
+        with self._lock:
+            if documents is None:
+                return int(self._db.execute("SELECT COALESCE(SUM(chunks), 0) FROM documents").fetchone()[0])
+            marks = ",".join("?" * len(documents))
+            sql = f"SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE name IN ({marks})"
+            return int(self._db.execute(sql, list(documents)).fetchone()[0])
+
+    def document_frequency(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many documents hold each of ``terms`` anywhere (terms in none are left out)."""
+        wanted = list(dict.fromkeys(terms))
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            rows = self._db.execute(f"SELECT term, doc FROM doc_vocab WHERE term IN ({marks})", wanted).fetchall()
+        return {term: int(n) for term, n in rows}
+
+    def disk_bytes(self) -> int:
+        if self.path == ":memory:":
+            return 0
+        return sum(p.stat().st_size for p in Path(self.path).parent.glob(Path(self.path).name + "*") if p.is_file())
+
+    # -- changing it --------------------------------------------------------------------------------------------
+    def add(
+        self, doc: Document, chunks: Sequence[Chunk], *, key: str, sha256: str, size: int, profile: dict[str, Any]
+    ) -> IndexedDocument:
+        """Add ``doc`` and its ``chunks`` (replacing what ``key`` held before), in one transaction."""
+        rows = [
+            (
+                c.index,
+                c.start,
+                c.end,
+                json.dumps(list(c.pages)),
+                c.section,
+                min(figure_share(c.text), FIGURE_CAP),
+                c.text,
+                " ".join(tokenize(c.text)),
+            )
+            for c in chunks
+        ]
+        with self._transaction() as db:
+            self._delete(db, "key = ?", key)
+            self._delete(db, "name = ?", doc.name)
+            cur = db.execute(
+                "INSERT INTO documents (key, name, sha256, bytes, pages, chars, chunks, profile, body, added_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, doc.name, sha256, size, len(doc.pages), len(doc.text), len(chunks), json.dumps(profile),
+                 _body(doc), time.time()),
+            )  # fmt: skip
+            doc_id = cur.lastrowid
+            vocabulary = sorted({t for row in rows for t in row[-1].split()})
+            db.execute("INSERT INTO doc_terms (rowid, terms) VALUES (?, ?)", (doc_id, " ".join(vocabulary)))
+            for row in rows:
+                cur = db.execute(
+                    "INSERT INTO chunks (doc, idx, start, end, pages, section, figures, text, terms) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (doc_id, *row),
+                )
+                db.execute(
+                    "INSERT INTO chunk_terms (rowid, terms, doc) VALUES (?, ?, ?)", (cur.lastrowid, row[-1], doc_id)
+                )
+        found = self.find(key)
+        assert found is not None
+        return found
+
+    def remove(self, name: str) -> bool:
+        """Forget the document called ``name``; whether there was one."""
+        with self._transaction() as db:
+            return self._delete(db, "name = ?", name)
+
+    def _delete(self, db: sqlite3.Connection, where: str, value: str) -> bool:
+        row = db.execute(f"SELECT id FROM documents WHERE {where}", (value,)).fetchone()
+        if row is None:
+            return False
+        db.execute(
+            "INSERT INTO chunk_terms (chunk_terms, rowid, terms, doc) "
+            "SELECT 'delete', id, terms, doc FROM chunks WHERE doc = ?",
+            (row[0],),
+        )
+        db.execute("DELETE FROM chunks WHERE doc = ?", (row[0],))
+        db.execute("DELETE FROM doc_terms WHERE rowid = ?", (row[0],))
+        db.execute("DELETE FROM documents WHERE id = ?", (row[0],))
+        return True
+
+    # -- searching ----------------------------------------------------------------------------------------------
+    def search(
+        self, query: str, *, question: str | None = None, documents: Sequence[str] | None = None, k: int = 20
+    ) -> list[Ranked]:
+        """The ``k`` chunks that rank best for ``query`` (BM25 over our terms, times the figure prior when
+        ``question``, default the query, asks for a quantity), among ``documents`` (names; None: all), best
+        first; ties keep the chunks' order."""
+        terms = match_expression(query)
+        if terms is None or k <= 0:
+            return []
+        weight = FIGURE_WEIGHT if asks_for_quantity(question if question is not None else query) else 0.0
+        match = f"terms : ({terms})"
+        with self._lock:
+            if documents is not None:
+                ids = self._ids(documents)
+                if not ids:
+                    return []
+                match += " AND doc : (" + " OR ".join(str(i) for i in ids) + ")"
+            # FTS5 scores every match in C; joining each to its chunk for the prior would cost 3x that, so the
+            # prior re-ranks the best PRIOR_POOL by words (it multiplies a score by at most 1 + FIGURE_WEIGHT/2).
+            pool = max(k, PRIOR_POOL) if weight else k
+            hits = self._db.execute(
+                "SELECT rowid, -bm25(chunk_terms, 1.0, 0.0) AS score FROM chunk_terms WHERE chunk_terms MATCH ? "
+                "ORDER BY score DESC, rowid LIMIT ?",
+                (match, pool),
+            ).fetchall()
+            if not hits:
+                return []
+            marks = ",".join("?" * len(hits))
+            rows = self._db.execute(
+                "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
+                f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
+                [h[0] for h in hits],
+            ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        scored = [(score * (1 + weight * by_id[i][8]), i) for i, score in hits if i in by_id]
+        scored.sort(key=lambda item: (-item[0], item[1]))
+        return [_ranked(by_id[i], score) for score, i in scored[:k]]
+
+    def _ids(self, names: Sequence[str]) -> list[int]:
+        marks = ",".join("?" * len(names))
+        rows = self._db.execute(f"SELECT id FROM documents WHERE name IN ({marks})", list(names)).fetchall()
+        return [r[0] for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,244 @@
+"""The library: its SQLite index (real SQLite FTS5), routing by covers, and ``Library`` adding, refreshing and
+asking (the scripted backend for protocol logic; the real model in ``test_library_real.py``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from minions.backends.scripted import ScriptedBackend
+from minions.chunking import chunk_documents
+from minions.documents import Document
+from minions.errors import ConfigError
+from minions.protocols.library import Library, search_library
+from minions.protocols.ranking import lexical_rank
+from minions.protocols.routing import profile, question_years, route
+from minions.protocols.textindex import SqliteIndex
+
+from .helpers import quote_reply
+
+
+def cover(company: str, form: str, ended: str, body: str) -> str:
+    return (
+        f"UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nWashington, D.C. 20549\nFORM {form}\n"
+        f"ANNUAL REPORT PURSUANT TO SECTION 13 OR 15(d)\nFor the fiscal year ended {ended}\n{company}\n"
+        "(Exact name of registrant as specified in its charter)\n\n" + body
+    )
+
+
+FILLER = "The company sells products to customers through retail stores and online channels in many countries. "
+ACME_2018 = cover(
+    "ACME WIDGETS INC.",
+    "10-K",
+    "December 31, 2018",
+    FILLER * 30 + "\n\nCapital expenditures were $412 million in 2018, against $380 million in 2017.\n\n" + FILLER * 8,
+)
+ACME_2020 = cover(
+    "ACME WIDGETS INC.",
+    "10-K",
+    "December 31, 2020",
+    FILLER * 30 + "\n\nCapital expenditures were $515 million in 2020, against $440 million in 2019.\n\n" + FILLER * 8,
+)
+ZENITH_2018 = cover(
+    "ZENITH FOODS CORPORATION",
+    "10-K",
+    "December 29, 2018",
+    FILLER * 30 + "\n\nCapital expenditures were $97 million in 2018.\n\n" + FILLER * 8,
+)
+DOCS = {
+    "acme-2018.txt": ACME_2018,
+    "acme-2020.txt": ACME_2020,
+    "zenith-2018.txt": ZENITH_2018,
+    "notes.md": "# Notes\n\nThe meeting moved to Thursday. " + FILLER * 3,
+}
+
+
+def doc(name: str) -> Document:
+    return Document.from_text(DOCS[name], name=name)
+
+
+def filled(index: SqliteIndex, *names: str, size: int = 400) -> SqliteIndex:
+    for n in names:
+        d = doc(n)
+        chunks = chunk_documents([d], size=size)
+        index.add(d, chunks, key=n, sha256=n, size=len(d.text), profile=profile(d, len(chunks)))
+    return index
+
+
+# -- the index ----------------------------------------------------------------------------------------------------
+def test_search_finds_chunks_with_their_document_and_place_and_ranks_as_bm25_does() -> None:
+    index = filled(SqliteIndex(), *DOCS)
+    hits = index.search("capital expenditures 2020", k=3)
+    assert hits[0].chunk.document == "acme-2020.txt" and "$515 million" in hits[0].chunk.text
+    first = hits[0].chunk
+    assert DOCS[first.document][first.start : first.end] == first.text
+    # restricted to one document, the best chunk is the one the in-memory BM25 ranks first
+    only = index.search("capital expenditures", documents=["zenith-2018.txt"], k=5)
+    assert {h.chunk.document for h in only} == {"zenith-2018.txt"}
+    memory = lexical_rank(chunk_documents([doc("zenith-2018.txt")], size=400), "capital expenditures")
+    assert only[0].chunk.text == memory[0].chunk.text
+    assert index.search("the of and", k=5) == []  # stop words only: nothing to match
+    assert index.search("expenditures", documents=["no-such.txt"], k=5) == []
+
+
+def test_the_figure_prior_lifts_chunks_dense_in_figures_for_quantity_questions() -> None:
+    words = Document.from_text("Customers, customers, customers: loyal customers came back.", name="words.txt")
+    table = Document.from_text("Customers 2018 $1,200 $1,100 $950 12% 8% 3,400 2,900", name="table.txt")
+    index = SqliteIndex()
+    for d in (words, table):
+        index.add(d, chunk_documents([d]), key=d.name, sha256=d.name, size=1, profile={})
+    assert index.search("customers", question="who are the customers", k=2)[0].chunk.document == "words.txt"
+    assert index.search("customers", question="how many customers", k=2)[0].chunk.document == "table.txt"
+
+
+def test_removing_or_replacing_a_document_leaves_no_trace_in_the_search(tmp_path: Path) -> None:
+    index = filled(SqliteIndex(tmp_path / "i.sqlite"), "acme-2018.txt", "zenith-2018.txt")
+    assert index.remove("zenith-2018.txt") and not index.remove("zenith-2018.txt")
+    assert all(h.chunk.document != "zenith-2018.txt" for h in index.search("capital expenditures", k=20))
+    changed = Document.from_text(ACME_2018.replace("$412 million", "$999 million"), name="acme-2018.txt")
+    index.add(changed, chunk_documents([changed], size=400), key="acme-2018.txt", sha256="new", size=1, profile={})
+    texts = " ".join(h.chunk.text for h in index.search("capital expenditures", k=20))
+    assert "$999 million" in texts and "$412 million" not in texts
+    assert [d.name for d in index.documents()] == ["acme-2018.txt"]
+    assert index.document_frequency(["zenith", "acme", "widget"]) == {"acme": 1, "widget": 1}
+    index.close()
+    again = SqliteIndex(tmp_path / "i.sqlite")  # persists, and the document comes back whole
+    restored = again.document("acme-2018.txt")
+    assert restored.text == changed.text and restored.sections == changed.sections
+
+
+def test_a_failure_while_adding_leaves_no_half_written_document(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = filled(SqliteIndex(), "acme-2018.txt")
+    d = doc("zenith-2018.txt")
+    chunks = chunk_documents([d], size=400)
+    broken = [*chunks[:2], None]  # the third chunk fails after two are written
+    with pytest.raises(AttributeError):
+        index.add(d, broken, key="z", sha256="z", size=1, profile={})  # type: ignore[list-item]
+    assert [x.name for x in index.documents()] == ["acme-2018.txt"]
+    assert all(h.chunk.document == "acme-2018.txt" for h in index.search("capital expenditures", k=50))
+
+
+def test_an_index_of_another_format_is_rebuilt_and_a_file_that_is_not_one_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "i.sqlite"
+    filled(SqliteIndex(path), "acme-2018.txt").close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = '0' WHERE key = 'format'")
+    assert SqliteIndex(path).documents() == []
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(ConfigError, match="not a library index"):
+        SqliteIndex(junk)
+
+
+# -- routing ------------------------------------------------------------------------------------------------------
+def test_a_profile_reads_form_and_period_off_the_cover() -> None:
+    p = profile(doc("acme-2018.txt"))
+    assert (p["form"], p["year"]) == ("10-K", 2018) and "acme" in p["terms"]
+    jnj = Document.from_text(cover("JOHNSON & JOHNSON", "10-K", "January 1, 2023", FILLER), name="j.txt")
+    assert profile(jnj)["year"] == 2022  # a 52/53-week year that ends in early January is the year before's
+    release = Document.from_text("Acme reports fourth quarter and full year 2022 results\n" + FILLER, name="r.txt")
+    assert (profile(release)["form"], profile(release)["year"]) == ("earnings", 2022)
+    assert question_years("FY2018 vs FY17, fiscal 2016 and Q2 2023") == [2018, 2017, 2016, 2023]
+
+
+def test_route_picks_the_company_then_the_year_and_keeps_all_when_the_question_names_none() -> None:
+    index = filled(SqliteIndex(), *DOCS)
+    profiles = {d.name: d.profile for d in index.documents()}
+
+    def routed(q: str) -> list[str]:
+        from minions.protocols.retrieval import tokenize
+
+        r = route(q, profiles, index.document_frequency(tokenize(q)), limit=2)
+        return r.documents if r.routed else []
+
+    assert routed("What were Acme's capital expenditures in FY2020?") == ["acme-2020.txt", "acme-2018.txt"]
+    assert routed("What were Acme's capital expenditures in FY2018?")[0] == "acme-2018.txt"
+    assert routed("What were Zenith Foods' capital expenditures?")[0] == "zenith-2018.txt"
+    assert routed("What were capital expenditures?") == []  # no document named: all are searched
+    found = search_library(index, "What were Zenith Foods' capital expenditures in 2018?", k=5)
+    assert found.route.routed and found.ranking.ranked[0].chunk.document == "zenith-2018.txt"
+    assert "zenith" in found.route.why["zenith-2018.txt"]
+
+
+# -- Library ------------------------------------------------------------------------------------------------------
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    for name, text in DOCS.items():
+        (root / ("sub" if name == "notes.md" else "") / name).write_text(text)
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4 this is not really a pdf")
+    (root / ".hidden.txt").write_text("hidden")
+    return root
+
+
+def test_a_library_adds_a_folder_goes_on_past_a_bad_file_and_persists(tmp_path: Path) -> None:
+    root = folder(tmp_path)
+    seen = []
+    with Library(tmp_path / "lib") as library:
+        report = library.add(root, on_progress=seen.append)
+    assert sorted(d.name for d in report.added) == sorted(DOCS)
+    assert [f for f, _ in report.skipped] == [str(root / "broken.pdf")] and report.skipped[0][1]
+    assert [p.files for p in seen] == [1, 2, 3, 4, 5] and {p.files_total for p in seen} == {5}
+    assert seen[-1].status == "added" and seen[-1].chunks == sum(d.chunks for d in report.added)
+    with Library(tmp_path / "lib") as again:  # another process's view: the same documents, nothing re-read
+        assert sorted(d.name for d in again.documents) == sorted(DOCS)
+        second = again.add(root)
+        assert second.added == [] and len(second.unchanged) == 4
+
+
+def test_refresh_reads_changed_files_again_and_forgets_removed_ones(tmp_path: Path) -> None:
+    root = folder(tmp_path)
+    library = Library(tmp_path / "lib.sqlite")
+    library.add(root)
+    (root / "zenith-2018.txt").write_text(ZENITH_2018.replace("$97 million", "$123 million"))
+    (root / "acme-2020.txt").unlink()
+    report = library.refresh()
+    assert [d.name for d in report.added] == ["zenith-2018.txt"] and report.removed == ["acme-2020.txt"]
+    assert "$123 million" in library.document("zenith-2018.txt").text
+    with pytest.raises(ConfigError, match=r"No document 'acme-2020\.txt'"):
+        library.document("acme-2020.txt")
+
+
+def test_files_of_the_same_name_in_two_folders_get_two_names(tmp_path: Path) -> None:
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "report.txt").write_text(f"Report of team {sub}. " + FILLER)
+    library = Library()
+    library.add(tmp_path / "a", tmp_path / "b")
+    assert sorted(d.name for d in library.documents) == ["report (2).txt", "report.txt"]
+
+
+def test_ask_routes_ranks_and_names_document_and_place_of_the_evidence() -> None:
+    def reply(messages, params):  # type: ignore[no-untyped-def]
+        return quote_reply(params, "$515 million", "$515 million")
+
+    library = Library(local=ScriptedBackend(responder=reply), read_chunks=2)
+    for name in DOCS:
+        library.add(doc(name))
+    result = library.ask("What were Acme's capital expenditures in FY2020?")
+    assert "$515 million" in result.answer
+    assert result.citations[0].document == "acme-2020.txt"
+    assert result.evidence and all(e.document in DOCS for e in result.evidence)
+    routed = result.reading["library"]
+    assert routed["routed"] and routed["documents"][0] == "acme-2020.txt" and routed["of"] == 4
+    assert result.reading["chunks"] == sum(d.chunks for d in library.documents if d.name in routed["documents"])
+    only = library.ask("What were capital expenditures?", documents=["zenith-2018.txt"])
+    assert {e.document for e in only.evidence} == {"zenith-2018.txt"}
+    with pytest.raises(ConfigError, match=r"No document 'nope\.txt'"):
+        library.ask("What?", documents=["nope.txt"])
+    with pytest.raises(ConfigError, match="empty"):
+        Library(local=ScriptedBackend(responder=reply)).ask("What?")
+
+
+def test_the_index_cli_adds_folders_and_reports_each_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from minions.cli import main
+
+    root = folder(tmp_path)
+    assert main(["index", str(root), "--library", str(tmp_path / "lib"), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["status"] for line in lines[:-1]].count("added") == 4
+    assert lines[-1]["documents"] == 4 and lines[-1]["skipped"][0][0].endswith("broken.pdf")
+    assert lines[-1]["disk_bytes"] > 0
