@@ -1,7 +1,7 @@
-"""``minions index`` (read documents ahead of questions), ``minions cache`` (what the saved prompt states take,
-and ``cache clear``) and ``minions bench cache``, for ``minions.cli``.
+"""``minions index`` (add documents to a library), ``minions cache`` (what the library and the saved prompt states
+take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.cli``.
 
-    minions index FILE... [--local M] [--chunk-size N]    progress: pages, chunks, tokens/s, ETA
+    minions index FILE|FOLDER... [--library DIR] [--warm]    per file: pages, chunks, added/unchanged/skipped, ETA
     minions cache [--json] | minions cache clear
     minions bench cache --document 10K.pdf [--question Q ...]
 """
@@ -20,10 +20,14 @@ BAR = 24
 
 
 def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    index = sub.add_parser("index", help="read documents ahead of questions (the local model's chunk states, saved)")
-    index.add_argument("files", nargs="+", metavar="FILE", help="documents to read")
+    index = sub.add_parser("index", help="add documents to a library: their text indexed, for questions over all")
+    index.add_argument("files", nargs="+", metavar="FILE|FOLDER", help="documents, or folders of them")
+    add_library_option(index, "the library to add to")
     index.add_argument("--chunk-size", type=int, help="characters per chunk (default: the protocols' default)")
-    index.add_argument("--json", action="store_true", help="print one JSON line per document")
+    index.add_argument(
+        "--warm", action="store_true", help="also compute every new chunk's state on the local model (slow: minutes)"
+    )
+    index.add_argument("--json", action="store_true", help="print one JSON line per file")
     add_model_options(index)
     index.set_defaults(func=cmd_index)
 
@@ -31,6 +35,29 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
     cache.add_argument("action", nargs="?", choices=("show", "clear"), default="show")
     cache.add_argument("--json", action="store_true")
     cache.set_defaults(func=cmd_cache)
+
+
+def add_library_option(parser: argparse.ArgumentParser, what: str, *, optional_value: bool = False) -> None:
+    from minions.paths import LIBRARY_ENV
+
+    kwargs: dict[str, Any] = {"nargs": "?", "const": ""} if optional_value else {}
+    parser.add_argument(
+        "--library", metavar="DIR", help=f"{what} (default: ${LIBRARY_ENV} or ~/.local/share/minions/library)", **kwargs
+    )
+
+
+def open_library(args: argparse.Namespace, **options: Any) -> Any:
+    from minions.paths import library_dir
+    from minions.protocols.library import Library
+
+    return Library(args.library or library_dir(), **options)
+
+
+def add_line(p: Any) -> str:
+    """``[3/74] 3M_2018_10K.pdf  added  pages 160  chunks 584  ETA 1m10s`` of an ``AddProgress``."""
+    eta = "" if p.eta_s is None or p.files == p.files_total else f"  ETA {int(p.eta_s) // 60}m{int(p.eta_s) % 60:02d}s"
+    why = f": {p.why}" if p.why else ""
+    return f"[{p.files}/{p.files_total}] {p.file}  {p.status}{why}  (pages {p.pages}, chunks {p.chunks}){eta}"
 
 
 def progress_line(p: Any) -> str:
@@ -48,28 +75,42 @@ def progress_line(p: Any) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from minions.backends.registry import default_local, resolve
-    from minions.documents import load_documents
-    from minions.protocols.indexing import index_documents
-    from minions.protocols.options import RunOptions
+    from minions.errors import MinionsError
 
-    docs = load_documents(args.files)
-    options = RunOptions(chunk_size=args.chunk_size) if args.chunk_size else RunOptions()
+    options: dict[str, Any] = {"chunk_size": args.chunk_size} if args.chunk_size else {}
+    library = open_library(args, local=args.local, **options)
     live = sys.stderr.isatty() and not args.json
 
-    def show(p: Any) -> None:
+    def added(p: Any) -> None:
+        if args.json:
+            fields = {"file": p.file, "status": p.status, "why": p.why, "files": p.files, "of": p.files_total}
+            print(json.dumps({**fields, "elapsed_s": round(p.elapsed_s, 2)}), flush=True)
+        else:
+            print(add_line(p), file=sys.stderr, flush=True)
+
+    def warmed(p: Any) -> None:
         if live:
             print("\r" + progress_line(p).ljust(100), end="\n" if p.finished else "", file=sys.stderr, flush=True)
         elif p.finished and not args.json:
             print(progress_line(p), file=sys.stderr, flush=True)
 
-    done = index_documents(docs, resolve(args.local or default_local()), options=options, on_progress=show)
+    with library:
+        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed)
+        docs = library.documents
+        summary = (
+            f"library {library.index.path}: {len(docs)} documents, {sum(d.pages for d in docs)} pages, "
+            f"{sum(d.chunks for d in docs)} chunks, {library.disk_bytes() / 1e6:.1f} MB; this run: {report.summary()}"
+        )
     if args.json:
-        for p in done:
-            print(json.dumps({"document": p.document, "pages": p.pages_total, "chunks": p.chunks_total,
-                              "tokens_computed": p.tokens, "tokens_per_s": round(p.tokens_per_s, 1)}))  # fmt: skip
+        print(json.dumps({"summary": True, "added": len(report.added), "unchanged": len(report.unchanged),
+                          "skipped": report.skipped, "documents": len(docs), "index_s": round(report.seconds, 2),
+                          "disk_bytes": library.disk_bytes()}))  # fmt: skip
     else:
-        print(cache_summary())
+        print(summary)
+        if args.warm:
+            print(cache_summary())
+    if not report.added and not report.unchanged:
+        raise MinionsError("No document could be added: " + "; ".join(f"{f}: {why}" for f, why in report.skipped))
     return 0
 
 
@@ -92,13 +133,38 @@ def cmd_cache(args: argparse.Namespace) -> int:
         before = store.clear()
         print(f"cleared {before.entries} saved prompt states ({before.bytes / 1e6:.1f} MB) from {store.root}")
         return 0
+    library = library_usage()
     if args.json:
         u = store.usage()
         print(json.dumps({"root": str(store.root), "entries": u.entries, "tokens": u.tokens, "bytes": u.bytes,
-                          "max_bytes": store.max_bytes}))  # fmt: skip
+                          "max_bytes": store.max_bytes, "library": library}))  # fmt: skip
     else:
         print(cache_summary())
+        if library is not None:
+            print(f"library {library['path']}: {library['documents']} documents, {library['bytes'] / 1e6:.1f} MB")
+            for d in library["per_document"]:
+                print(f"  {d['name']}: {d['pages']} pages, {d['chunks']} chunks, {d['bytes'] / 1e6:.1f} MB on disk")
     return 0
+
+
+def library_usage() -> dict[str, Any] | None:
+    """The default library's disk, in all and per document (its share of the index, by characters); None when
+    there is none."""
+    from minions.paths import library_dir
+    from minions.protocols.library import INDEX_FILE
+    from minions.protocols.textindex import SqliteIndex
+
+    path = library_dir() / INDEX_FILE
+    if not path.exists():
+        return None
+    index = SqliteIndex(path)
+    try:
+        docs, size = index.documents(), index.disk_bytes()
+    finally:
+        index.close()
+    chars = sum(d.chars for d in docs) or 1
+    per = [{"name": d.name, "pages": d.pages, "chunks": d.chunks, "bytes": int(size * d.chars / chars)} for d in docs]
+    return {"path": str(path), "documents": len(docs), "bytes": size, "per_document": per}
 
 
 def add_cache_bench_parser(kinds: Any) -> None:

@@ -16,12 +16,20 @@ holds it (``picks``: ``figure_chunks``, ``model`` for the quote picked, ``words`
 words alone, what the pick would be without the model).
 
 Timings split ranking (by words), the local model's prefill and decode, and the document's load.
+
+With ``library`` (``--library``), every filing of the checkout goes into one library (``protocols.library``: built
+in ``library_dir``, or a temporary folder; an index already there is reused and only what changed is read) and
+each question is asked of all of them, FinanceBench's shared-store setting: the lines add ``library`` (the curve
+of the library's ranking: routing to the documents the question names, then their chunks by words), the routed
+documents, ``rank_ms``, and with a model ``library_shown`` (what the local side passes on). The summary carries
+the ``library`` curve, ``rank_ms_median``, ``index_s`` and how often routing put the question's filing first.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +43,7 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
 from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
+from minions.protocols.library import Library, search_library
 from minions.protocols.quotes import answer_spans, candidates
 from minions.protocols.ranking import lexical_rank
 from minions.protocols.reading import chunk_evidence
@@ -61,6 +70,10 @@ class EvidenceBenchConfig:
     ids: tuple[str, ...] = ()
     lexical_only: bool = False
     """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
+    library: bool = False
+    """Ask every question of all the filings in one library (the module's docstring)."""
+    library_dir: str | None = None
+    """Where the library is built (None: a temporary folder, removed after)."""
 
 
 def _page_passages(doc: Document, question: str) -> list[Evidence]:
@@ -76,6 +89,36 @@ def _chunk_passages(chunks: Sequence[Chunk], question: str) -> list[Evidence]:
 def _recall(item: EvalItem, passages: Sequence[Evidence]) -> dict[str, float | None]:
     scores = evidence_scores(item, passages)
     return {f"@{k}": v for k, v in scores.recall_at.items()}
+
+
+def _library_line(
+    item: EvalItem, library: Library, local: Backend | None, config: EvidenceBenchConfig
+) -> dict[str, Any]:
+    found = search_library(library.index, item.question)
+    gold = sorted({g.document for s in item.evidence for g in s})
+    line: dict[str, Any] = {
+        "library": _recall(item, [chunk_evidence(r.chunk, score=r.score) for r in found.ranking.ranked[:DEPTH]]),
+        "routed": found.route.documents[:3] if found.route.routed else None,
+        "routed_first": bool(found.route.routed and found.route.documents[0] in gold),
+        "rank_ms": round(found.seconds * 1000, 2),
+    }
+    if local is not None:
+        result = library.ask(item.question)
+        line.update(
+            library_shown=_recall(item, result.evidence),
+            library_wall_s=round(result.timings.get("total_s", 0.0) + found.seconds, 2),
+        )
+    return line
+
+
+def _open_library(data: Path, config: EvidenceBenchConfig, local: Backend | None, into: str) -> tuple[Library, float]:
+    """The library of every PDF under ``data``'s ``pdfs/`` folder, and the seconds adding them took."""
+    options: dict[str, Any] = {"read_chunks": config.read_chunks, "score_sentences": config.score_sentences}
+    library = Library(config.library_dir or into, local=local, protocol="local", **options)
+    report = library.add(data / "pdfs")
+    for name, why in report.skipped:
+        log.warning("library: %s skipped: %s", name, why)
+    return library, report.seconds
 
 
 def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfig) -> dict[str, Any]:
@@ -172,16 +215,24 @@ def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None
 
 def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
     """One line per question (see the module's docstring), then the summary line."""
-    dataset = load_financebench(benchmark_data("financebench", data, expected="a FinanceBench checkout"))
+    root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
+    dataset = load_financebench(root)
     items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
     items = items[: config.limit] if config.limit else items
     local = None if config.lexical_only else resolve(config.local)
     lines = []
     started = time.perf_counter()
-    for item in items:
-        line = _item_line(item, local, config)
-        lines.append(line)
-        yield line
+    with tempfile.TemporaryDirectory(prefix="minions-library-") as into:
+        library, index_s = _open_library(Path(root), config, local, into) if config.library else (None, None)
+        for item in items:
+            line = _item_line(item, None if library is not None else local, config)
+            if library is not None:
+                line.update(_library_line(item, library, local, config))
+            lines.append(line)
+            yield line
+        if library is not None:
+            disk = library.disk_bytes()
+            library.close()
     summary: dict[str, Any] = {
         "summary": True,
         "items": len(lines),
@@ -191,12 +242,18 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.perf_counter() - started, 1),
     }
-    for key in ("pages_bm25", "rag", "ranking", "shown"):
+    for key in ("pages_bm25", "rag", "ranking", "shown", "library", "library_shown"):
         summary[key] = _curve(lines, key)
+    if config.library:
+        summary.update(
+            index_s=round(index_s or 0.0, 1),
+            index_mb=round(disk / 1e6, 1),
+            routed_first=sum(line["routed_first"] for line in lines),
+        )
     picks = [line["picks"] for line in lines if "picks" in line]
     if picks:
         summary["picks"] = {k: sum(p[k] for p in picks) for k in picks[0]}
-    for key in ("wall_s", "rank_s", "prefill_s", "decode_s"):
+    for key in ("wall_s", "rank_s", "prefill_s", "decode_s", "rank_ms", "library_wall_s"):
         values = sorted(line[key] for line in lines if key in line)
         if values:
             summary[f"{key}_median"] = values[len(values) // 2]

@@ -51,12 +51,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from minions.documents import load_documents
     from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
 
+    from minions.paths import cache_dir, writable_dir
+
+    writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
     *paths, question = args.inputs
-    if not paths:
-        raise MinionsError('Give at least one document and a question: minions ask FILE... "question"')
+    if not paths and args.library is None:
+        raise MinionsError(
+            'Give at least one document and a question: minions ask FILE... "question" (or a library: '
+            'minions ask "question" --library)'
+        )
     if not question.strip():
         raise MinionsError("The question is empty: write what you want to know about the documents.")
-    documents = load_documents(paths)
     local, remote = _resolve_models(args)
     name = args.protocol or default_protocol(remote is not None)
     if remote is None and needs_remote(name):
@@ -74,12 +79,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
         options["chunk_by"] = args.chunk_by
     if args.max_rounds is not None:
         options["max_rounds"] = args.max_rounds
-    protocol = get_protocol(name, local=local, remote=remote, **options)
-
     from minions.render import LiveProgress
 
     with LiveProgress(enabled=(not args.json and sys.stderr.isatty()) or args.progress) as progress:
-        result = protocol.run(question, documents, events=progress.sink)
+        if args.library is not None:
+            result = _ask_library(args, question, paths, local, remote, name, options, progress.sink)
+        else:
+            documents = load_documents(paths)
+            protocol = get_protocol(name, local=local, remote=remote, **options)
+            result = protocol.run(question, documents, events=progress.sink)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -88,6 +96,28 @@ def cmd_ask(args: argparse.Namespace) -> int:
         # What the run had is printed above; the failure itself is the one-line error.
         raise MinionsError(result.error)
     return 0
+
+
+def _ask_library(
+    args: argparse.Namespace,
+    question: str,
+    names: Sequence[str],
+    local: Any,
+    remote: Any,
+    protocol: str,
+    options: dict[str, Any],
+    events: Any,
+) -> RunResult:
+    """``minions ask "question" --library [DIR]``: the whole library, or the documents ``names`` in it."""
+    from minions.apps.index_cli import open_library
+
+    library = open_library(args, local=local, remote=remote, protocol=protocol, **options)
+    with library:
+        if not library.documents:
+            raise MinionsError(
+                f"The library {library.index.path} is empty: add documents with `minions index FILE|FOLDER...`."
+            )
+        return library.ask(question, list(names) or None, events=events)
 
 
 def _print_result(result: RunResult, *, local_name: str, remote_name: str | None) -> None:
@@ -277,6 +307,8 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         local=args.local or default_local(),
         ids=tuple(args.id or ()),
         lexical_only=args.lexical_only,
+        library=args.library,
+        library_dir=args.library_dir,
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -297,6 +329,8 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.add_argument("--local", help="the local model (default: MINIONS_LOCAL or llamacpp/default)")
     ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
+    ev.add_argument("--library", action="store_true", help="also ask every question of all the filings in one library")
+    ev.add_argument("--library-dir", help="where that library is built or reused (default: a temporary folder)")
     ev.set_defaults(func=cmd_bench_evidence)
 
 
@@ -373,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer a question about local documents")
     ask.add_argument("inputs", nargs="+", metavar="FILE... QUESTION", help="documents, then the question")
+    from minions.apps.index_cli import add_library_option
+
+    add_library_option(ask, "ask the library (after the question), or the documents named in it", optional_value=True)
     ask.add_argument(
         "--protocol",
         choices=list(PROTOCOLS),
@@ -423,6 +460,12 @@ def _run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) ->
     except KeyboardInterrupt:
         print("minions: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the top level: a bug of ours, told in one line and logged, never a bare traceback
+        if args.debug:
+            raise
+        log.debug("%s failed", args.command, exc_info=exc)
+        print(f"minions: internal error: {type(exc).__name__}: {exc} (--debug shows the traceback)", file=sys.stderr)
+        return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
