@@ -189,7 +189,7 @@ class Library:
         return found
 
     def _load(self, path: Path, name: str) -> Document:
-        return replace(load_document(path), name=name)
+        return replace(load_document(path, shown=name), name=name)
 
     def _register(self, doc: Document, name: str, path: Path, source: str, size: int, digest: str) -> DocumentRecord:
         record = self.store.add_document(

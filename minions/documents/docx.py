@@ -54,8 +54,9 @@ def _docx_blocks(container: ElementTree.Element) -> Iterable[tuple[str, bool]]:
                 yield from _docx_blocks(content)
 
 
-def load_docx(p: Path, data: bytes) -> Document:
-    where = str(p)
+def load_docx(p: Path, data: bytes, *, where: str | None = None) -> Document:
+    """``where``: what errors call the file (default: its path)."""
+    where = where or str(p)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             xml = z.read("word/document.xml")
@@ -81,5 +82,5 @@ def load_docx(p: Path, data: bytes) -> Document:
     text = "".join(parts)
     sections = sections_from_heads(heads, len(text)) if heads else detect_sections(text)
     return Document(
-        name=p.name, text=text, path=where, sections=sections, metadata={"format": "docx", "bytes": len(data)}
+        name=p.name, text=text, path=str(p), sections=sections, metadata={"format": "docx", "bytes": len(data)}
     )

@@ -22,20 +22,21 @@ log = logging.getLogger(__name__)
 SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
 
 
-def load_document(path: str | os.PathLike[str], *, cache: bool = True) -> Document:
-    """Load one file. ``cache``: reuse and keep the text extracted from a PDF on disk.
+def load_document(path: str | os.PathLike[str], *, cache: bool = True, shown: str | None = None) -> Document:
+    """Load one file. ``cache``: reuse and keep the text extracted from a PDF on disk. ``shown``: what errors call
+    the file, where its path is not what the user knows it by (an upload the app stored under a name of its own).
 
     Raises DocumentNotFoundError, UnreadableDocumentError or EmptyDocumentError with a one-line fix.
     """
     p = Path(path).expanduser()
-    where = str(p)
+    where = shown or str(p)
     data = _read(p, where)
     suffix = p.suffix.lower()
     check_content(where, suffix, data)
     if suffix == ".pdf":
-        doc = load_pdf(p, data, cache=cache)
+        doc = load_pdf(p, data, cache=cache, where=where)
     elif suffix == ".docx":
-        doc = load_docx(p, data)
+        doc = load_docx(p, data, where=where)
     elif suffix in (".html", ".htm"):
         doc = load_html(p, data)
     else:
@@ -59,6 +60,8 @@ def _read(p: Path, where: str) -> bytes:
         raise UnreadableDocumentError(
             f"{where} is a directory: pass the files inside it (e.g. {where}/*.pdf).", path=where
         )
+    if not p.is_file():  # a device or a pipe: reading it might never end
+        raise UnreadableDocumentError(f"{where} is not a regular file: pass a document file.", path=where)
     suffix = p.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         raise UnreadableDocumentError(

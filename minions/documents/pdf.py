@@ -42,9 +42,10 @@ _ERR_PASSWORD = 4
 _ERR_SECURITY = 5
 
 
-def load_pdf(p: Path, data: bytes, *, cache: bool = True) -> Document:
-    """A Document with one Page per PDF page (empty pages kept), from the cache when it holds this file."""
-    where = str(p)
+def load_pdf(p: Path, data: bytes, *, cache: bool = True, where: str | None = None) -> Document:
+    """A Document with one Page per PDF page (empty pages kept), from the cache when it holds this file.
+    ``where``: what errors call the file (default: its path)."""
+    where = where or str(p)
     digest = hashlib.sha256(data).hexdigest()
     cached = read_cache(digest) if cache else None
     if cached is not None:
@@ -61,7 +62,7 @@ def load_pdf(p: Path, data: bytes, *, cache: bool = True) -> Document:
         )
     text, pages = _join_pages(texts)
     metadata = {"format": "pdf", "sha256": digest, "bytes": len(data), "failed_pages": failed}
-    return Document(name=p.name, text=text, path=where, pages=pages, sections=detect_sections(text), metadata=metadata)
+    return Document(name=p.name, text=text, path=str(p), pages=pages, sections=detect_sections(text), metadata=metadata)
 
 
 def _join_pages(texts: list[str]) -> tuple[str, tuple[Page, ...]]:

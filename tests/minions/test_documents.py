@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -229,3 +230,21 @@ def test_whitespace_only_text_and_textless_html(tmp_path: Path) -> None:
     (tmp_path / "blank.html").write_text("<html><script>x()</script></html>")
     with pytest.raises(EmptyDocumentError):
         load_document(tmp_path / "blank.html")
+
+
+def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path):
+    fifo = tmp_path / "notes.txt"
+    os.mkfifo(fifo)  # reading it would wait for a writer for ever
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(UnreadableDocumentError, match="is not a regular file: pass a document file"):
+            load_document(path)
+
+
+def test_errors_name_the_file_as_the_user_knows_it(tmp_path):
+    stored = tmp_path / "3f2a9c.pdf"
+    stored.write_bytes(b"%PDF-1.4\n" + b"\x00garbage" * 50)
+    with pytest.raises(UnreadableDocumentError) as refused:
+        load_document(stored, shown="annual-report.pdf", cache=False)
+    assert str(refused.value).startswith("annual-report.pdf is not a readable PDF") and "3f2a9c" not in str(
+        refused.value
+    )
