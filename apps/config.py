@@ -12,7 +12,10 @@ from minions.errors import ConfigError
 
 __all__ = [
     "APP_PORT",
+    "DATA_DIR_ENV",
     "DEFAULT_HOST",
+    "MAX_JSON_DEPTH",
+    "MAX_REQUEST_BYTES",
     "MAX_UPLOAD_BYTES",
     "SERVE_PORT",
     "TOKEN_ENV",
@@ -25,6 +28,10 @@ DEFAULT_HOST = "127.0.0.1"
 APP_PORT = 8765
 SERVE_PORT = 8000
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+"""A request body other than an upload: room for a long document pasted into a message, escaped as JSON."""
+MAX_JSON_DEPTH = 32
+"""How deep a request's JSON may nest: a chat request needs four levels (body, messages, message, content parts)."""
 TOKEN_ENV = "MINIONS_APP_TOKEN"
 DATA_DIR_ENV = "MINIONS_APP_DIR"
 
@@ -60,6 +67,9 @@ class AppConfig:
     data_dir: Path | None = None
     """Where the SQLite database and the uploaded files live; None means ``data_dir()``."""
     max_upload_bytes: int = MAX_UPLOAD_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    """The largest request body other than an upload (``apps.limits``); past it, a 413."""
+    max_json_depth: int = MAX_JSON_DEPTH
     ui: bool = True
     """Serve the chat page and its API; ``minions serve`` turns it off and keeps the OpenAI routes only."""
 
@@ -71,8 +81,9 @@ class AppConfig:
                 f"Refusing to listen on {self.host} without a token: anyone who can reach it could read your "
                 f"documents. Pass --token or set {TOKEN_ENV}, or bind {DEFAULT_HOST}."
             )
-        if self.max_upload_bytes < 1:
-            raise ConfigError(f"max_upload_bytes must be positive, got {self.max_upload_bytes}.")
+        for limit in ("max_upload_bytes", "max_request_bytes", "max_json_depth"):
+            if getattr(self, limit) < 1:
+                raise ConfigError(f"{limit} must be positive, got {getattr(self, limit)}.")
 
     @property
     def root(self) -> Path:
@@ -87,6 +98,8 @@ class AppConfig:
         token: str | None = None,
         data_dir: Path | None = None,
         ui: bool = True,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
     ) -> AppConfig:
         """A config whose token falls back to ``$MINIONS_APP_TOKEN``."""
-        return cls(host=host, port=port, token=token or os.environ.get(TOKEN_ENV) or None, data_dir=data_dir, ui=ui)
+        token = token or os.environ.get(TOKEN_ENV) or None
+        return cls(host=host, port=port, token=token, data_dir=data_dir, ui=ui, max_request_bytes=max_request_bytes)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from minions.documents import Document
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, missing_remote
+from minions.unicode import replaced_note
 
 from .runs import Outcome, RunRequest
 from .state import ApiError, AppState, error_body, sse, state_of, status_for
@@ -66,8 +67,9 @@ class StreamOptions(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    # Sampling fields (temperature, top_p, max_tokens, tools, ...) belong to one model call; a protocol run
-    # makes many, with its own settings, so they are accepted and not used.
+    # Sampling fields (temperature, top_p, max_tokens, seed, ...) belong to one model call; a protocol run makes
+    # many, with its own settings, so they are accepted and not used. Fields that ask for a different kind of
+    # reply (tool calls, several choices, log-probabilities, JSON) are refused by ``unsupported``.
     model_config = ConfigDict(extra="ignore")
 
     model: str
@@ -77,18 +79,49 @@ class ChatCompletionRequest(BaseModel):
     n: int = 1
     documents: list[str] | None = None
     """Library documents to use, by id or name (minions' extension)."""
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    logit_bias: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+
+    def unsupported(self) -> tuple[str, str] | None:
+        """The first field this server cannot honour, and why, as (param, message); None when it can."""
+        answer = "a run answers in text, from the documents"
+        refusals = [
+            ("n", self.n != 1, "n must be 1: a run gives one answer."),
+            ("tools", bool(self.tools) or bool(self.functions), f"Tools are not supported: {answer}."),
+            ("tool_choice", self.tool_choice not in (None, "none"), f"tool_choice is not supported: {answer}."),
+            ("function_call", self.function_call not in (None, "none"), f"function_call is not supported: {answer}."),
+            ("logit_bias", bool(self.logit_bias), "logit_bias is not supported: a run makes many model calls."),
+            ("logprobs", bool(self.logprobs) or bool(self.top_logprobs), "logprobs are not supported: a run "
+             "makes many model calls, and its answer's tokens are not one model's."),
+            ("response_format", (self.response_format or {}).get("type", "text") != "text",
+             f"response_format must be text: {answer} and cannot promise JSON."),
+            ("modalities", any(m != "text" for m in self.modalities or ()), f"Only text is supported: {answer}."),
+            ("audio", self.audio is not None, f"Audio output is not supported: {answer}."),
+        ]  # fmt: skip
+        return next(((param, message) for param, refused, message in refusals if refused), None)
 
 
-def split_messages(messages: list[ChatMessage]) -> tuple[str, list[Document]]:
-    """The question and the documents carried by the messages (see the module docstring)."""
+def split_messages(messages: list[ChatMessage]) -> tuple[str, list[Document], list[Document]]:
+    """The question, the documents carried by the messages, and the shorter earlier system and user messages,
+    which are documents only when nothing else is (see the module docstring)."""
     last = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
     if last is None:
         raise ApiError(400, "No user message: the last user message is the question.", param="messages")
-    docs = []
+    docs, short = [], []
     for i, m in enumerate(messages[:last]):
         text = m.text()
         if len(text) >= LONG_CONTENT_CHARS:
             docs.append(Document.from_text(text, name=f"message-{i + 1}.txt"))
+        elif text.strip() and m.role in ("system", "developer", "user"):
+            short.append(Document.from_text(text, name=f"message-{i + 1}.txt"))
     question = messages[last].text().strip()
     if len(question) >= LONG_CONTENT_CHARS:
         body, _, tail = question.rpartition("\n\n")
@@ -103,7 +136,7 @@ def split_messages(messages: list[ChatMessage]) -> tuple[str, list[Document]]:
         question = tail.strip()
     if not question:
         raise ApiError(400, "The last user message is empty: it should hold the question.", param="messages")
-    return question, docs
+    return question, docs, short
 
 
 @router.get("/models")
@@ -132,19 +165,29 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
     settings = state.settings()
     if not settings.can_run(protocol):
         raise ApiError(400, missing_remote(protocol, REMOTE_HOW), code="model_not_available", param="model")
-    if body.n != 1:
-        raise ApiError(400, "n must be 1: a run gives one answer.", param="n")
-    question, inline = split_messages(body.messages)
+    refused = body.unsupported()
+    if refused is not None:
+        param, message = refused
+        raise ApiError(400, message, code="unsupported_parameter", param=param)
+    question, inline, short = split_messages(body.messages)
     ids = state.library.resolve_names(body.documents) if body.documents is not None else None
+    notes = _replaced_notes(request)
     if not inline and not (ids if ids is not None else state.store.documents()):
-        raise ApiError(
-            400,
-            "No documents: put a document in the messages, name library documents in "
-            "`documents`, or add documents to the library.",
-            param="documents",
+        if not short:
+            raise ApiError(
+                400,
+                "No documents: put a document in the messages, name library documents in "
+                "`documents`, or add documents to the library.",
+                param="documents",
+            )
+        inline = short
+        names = ", ".join(d.name for d in short)
+        notes.append(
+            f"No document was given, so the earlier messages ({names}) were read as the documents; messages "
+            f"shorter than {LONG_CONTENT_CHARS} characters are otherwise instructions, not documents."
         )
     run = RunRequest(question, _documents(state, inline, ids), settings.model_copy(update={"protocol": protocol}))
-    completion = _Completion(protocol)
+    completion = _Completion(protocol, notes)
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(
@@ -157,6 +200,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
         status = status_for(outcome.exception) if outcome.exception is not None else 502
         raise ApiError(status, outcome.text, type="invalid_request_error" if status < 500 else "server_error")
     return completion.response(outcome)
+
+
+def _replaced_notes(request: Request) -> list[str]:
+    """A note on the characters of the request that were not valid Unicode (``apps.limits``), if any."""
+    replaced = int(getattr(request.state, "replaced_characters", 0))
+    return [replaced_note(replaced, "the request")] if replaced else []
 
 
 def _documents(state: AppState, inline: list[Document], ids: list[str] | None) -> Callable[[], list[Document]]:
@@ -176,10 +225,12 @@ def _documents(state: AppState, inline: list[Document], ids: list[str] | None) -
 class _Completion:
     """The response objects of one completion, in OpenAI's shapes."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, notes: list[str]) -> None:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = model
+        self.notes = notes
+        """What the request's handling changed, ahead of the run's own notes."""
 
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
@@ -196,7 +247,7 @@ class _Completion:
                 }
             ],
             "usage": _usage(outcome),
-            "minions": _extra(outcome),
+            "minions": _extra(outcome, self.notes),
         }
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -224,7 +275,7 @@ class _Completion:
             client_error = item.exception is not None and status_for(item.exception) < 500
             return sse(error_body(item.text, type="invalid_request_error" if client_error else "server_error"))
         frames = [self._chunk({"content": piece}) for piece in re.findall(r"\s*\S+", item.text) or [item.text]]
-        frames.append(self._chunk({}, "stop", minions=_extra(item)))
+        frames.append(self._chunk({}, "stop", minions=_extra(item, self.notes)))
         if include_usage:
             frames.append(sse({**self._head("chat.completion.chunk"), "choices": [], "usage": _usage(item)}))
         return "".join(frames)
@@ -236,15 +287,15 @@ def _usage(outcome: Outcome) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _extra(outcome: Outcome) -> dict[str, Any]:
+def _extra(outcome: Outcome, notes: list[str]) -> dict[str, Any]:
     r = outcome.result
     if r is None:
-        return {"status": outcome.status}
+        return {"status": outcome.status, "notes": notes}
     return {
         "status": outcome.status,
         "protocol": r.protocol,
         "complete": r.complete,
-        "notes": list(r.notes),
+        "notes": [*notes, *r.notes],
         "documents": list(outcome.documents),
         "citations": [c.to_dict() for c in r.citations],
         "usage_by_role": {role: u.to_dict() for role, u in r.usage.items()},

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .config import AppConfig, is_loopback
 
-__all__ = ["COOKIE", "Guard"]
+__all__ = ["COOKIE", "UPLOAD_PATH", "Guard", "reply"]
 
 COOKIE = "minions_token"
 UPLOAD_PATH = "/api/documents"
@@ -66,7 +66,7 @@ class Guard:
         if refusal is None and scope["method"] == "POST" and scope["path"] == UPLOAD_PATH:
             refusal = self._size_refusal(headers)
         if refusal is not None:
-            await _reply(send, *refusal)
+            await reply(send, *refusal)
             return
         await self.app(scope, receive, send)
 
@@ -113,12 +113,16 @@ def _hostname(host: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
-async def _reply(send: Send, status: int, message: str, code: str) -> None:
+async def reply(send: Send, status: int, message: str, code: str, *, close: bool = False) -> None:
+    """An OpenAI-shaped error sent before the app sees the request; ``close``: the client's body is left unread,
+    so the connection cannot carry another request."""
     body = json.dumps(
         {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": None}}
     ).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from minions.errors import (
     BackendError,
@@ -20,6 +22,7 @@ from minions.errors import (
     MinionsError,
 )
 from minions.protocols import default_protocol
+from minions.unicode import valid_text
 
 from .config import AppConfig
 from .library import Library, UnsupportedUploadError, UploadTooLargeError
@@ -27,7 +30,16 @@ from .reading import Reader
 from .runs import Runner, Settings
 from .store import Store
 
-__all__ = ["ApiError", "AppState", "error_body", "install_error_handlers", "sse", "state_of", "status_for"]
+__all__ = [
+    "ApiError",
+    "AppState",
+    "error_body",
+    "error_type",
+    "install_error_handlers",
+    "sse",
+    "state_of",
+    "status_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +92,27 @@ class ApiError(Exception):
 def error_body(
     message: str, *, type: str = "invalid_request_error", code: str | None = None, param: str | None = None
 ) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "code": code, "param": param}}
+    """OpenAI's error shape; the message made valid text, since it may quote what the client sent."""
+    return {"error": {"message": valid_text(message)[0], "type": type, "code": code, "param": param}}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's ``type`` for an error status: the client's request, or the server's fault."""
+    return "invalid_request_error" if status < 500 else "server_error"
+
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+    422: "unprocessable_entity",
+    429: "rate_limit_exceeded",
+}
+"""The ``code`` of the framework's own errors (an unknown route, a wrong method), by status."""
 
 
 def status_for(exc: BaseException) -> int:
@@ -101,25 +133,65 @@ def status_for(exc: BaseException) -> int:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    """Every error the app answers with, ours or the framework's (an unknown route, a wrong method, a body that
+    does not parse) or an unexpected one (a 500, logged), in OpenAI's shape."""
+
+    def reply(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse(body, status, headers=headers)
+
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)
-        return JSONResponse(error_body(exc.message, type=exc.type, code=exc.code, param=exc.param), exc.status)
+        return reply(exc.status, error_body(exc.message, type=exc.type, code=exc.code, param=exc.param))
 
     async def minions_error(request: Request, exc: Exception) -> JSONResponse:
         status = status_for(exc)
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        return JSONResponse(error_body(str(exc), type=kind, code=type(exc).__name__), status)
+        return reply(status, error_body(str(exc), type=error_type(status), code=type(exc).__name__))
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
+        message, param = _invalid(exc.errors())
+        return reply(400, error_body(message, param=param))
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        status = exc.status_code
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = _HTTP_MESSAGES.get(status, "{detail}").format(
+            detail=exc.detail, method=request.method, path=request.url.path, allowed=allowed
         )
-        return JSONResponse(error_body(f"Invalid request: {problems}"), 400)
+        body = error_body(message, type=error_type(status), code=HTTP_CODES.get(status))
+        return reply(status, body, dict(exc.headers or {}))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        message = f"The server failed on this request ({type(exc).__name__}); its log has the details."
+        return reply(500, error_body(message, type="server_error", code="internal_error"))
 
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(MinionsError, minions_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+_HTTP_MESSAGES = {
+    404: "No route {path} here (the OpenAI routes are GET /v1/models and POST /v1/chat/completions).",
+    405: "{method} is not allowed on {path}: use {allowed}.",
+}
+
+
+def _invalid(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | None]:
+    """The message (and the first field at fault) for a request that failed validation."""
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        at = first["loc"][-1] if len(first.get("loc", ())) > 1 else "?"
+        why = (first.get("ctx") or {}).get("error", "it does not parse")
+        return f"The request body is not valid JSON: {why} (at character {at}).", None
+    if tuple(first.get("loc", ())) == ("body",):
+        return "The request body must be a JSON object, sent with Content-Type: application/json.", None
+    fields = [".".join(str(p) for p in e["loc"][1:]) or "body" for e in errors[:5]]
+    problems = "; ".join(f"{f}: {e['msg']}" for f, e in zip(fields, errors[:5], strict=False))
+    return f"Invalid request: {problems}", fields[0] if fields else None
 
 
 def sse(data: Any) -> str:

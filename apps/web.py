@@ -40,6 +40,7 @@ from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protoco
 from . import openai_api
 from .config import AppConfig
 from .library import ACCEPTED_SUFFIXES, Library, UploadTooLargeError
+from .limits import BodyLimits
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard
 from .state import ApiError, AppState, install_error_handlers, sse, state_of, status_for
@@ -107,6 +108,8 @@ def create_app(
         async def index() -> FileResponse:
             return FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 
+    # The last added runs first: the token and origin checks, then the body's limits.
+    app.add_middleware(BodyLimits, max_bytes=config.max_request_bytes, max_depth=config.max_json_depth)
     app.add_middleware(Guard, config=config)
     return app
 
