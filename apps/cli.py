@@ -10,14 +10,17 @@ FastAPI and uvicorn load only when a command runs, so the rest of the CLI starts
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from minions.errors import ConfigError
+from minions.paths import cache_dir, writable_dir
 
-from .config import APP_PORT, DEFAULT_HOST, SERVE_PORT, TOKEN_ENV, AppConfig
+from .config import APP_PORT, DATA_DIR_ENV, DEFAULT_HOST, MAX_REQUEST_BYTES, SERVE_PORT, TOKEN_ENV, AppConfig
 
 __all__ = ["add_app_parsers", "cmd_app", "cmd_serve"]
 
@@ -50,6 +53,10 @@ def _add_server_options(p: argparse.ArgumentParser, port: int) -> None:
     p.add_argument(
         "--data-dir", type=Path, help="library and conversations (default: $MINIONS_APP_DIR or ~/.local/share/minions)"
     )
+    mb = MAX_REQUEST_BYTES / 1024 / 1024
+    p.add_argument(
+        "--max-request-mb", type=float, default=mb, help=f"largest request body but an upload (default {mb:g})"
+    )
 
 
 def cmd_app(args: argparse.Namespace) -> int:
@@ -61,6 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, *, ui: bool) -> int:
+    """Check what start-up needs (the folders, the port, the local model file) and say what is wrong in one line
+    before anything claims to be serving; then serve on the socket already bound."""
     try:
         import uvicorn
 
@@ -69,14 +78,46 @@ def _serve(args: argparse.Namespace, *, ui: bool) -> int:
         raise ConfigError(
             f"The app needs fastapi, uvicorn and python-multipart ({exc}): pip install fastapi uvicorn python-multipart"
         ) from exc
-    config = AppConfig.from_env(host=args.host, port=args.port, token=args.token, data_dir=args.data_dir, ui=ui)
-    # Models load on the first question (a local one takes seconds), not here.
+    config = AppConfig.from_env(
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        data_dir=args.data_dir,
+        ui=ui,
+        max_request_bytes=max(1, int(args.max_request_mb * 1024 * 1024)),
+    )
+    writable_dir(config.root, f"pass --data-dir or set {DATA_DIR_ENV} to a folder you can write")
+    writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
+    sock = _bind(config.host, config.port)
     app = create_app(config, local=args.local, remote=args.remote)
+    # The local model's file is found and checked now (it loads on the first question, which takes seconds).
+    state = app.state.minions
+    state.runner.models.get(state.settings().local)
     shown = f"[{config.host}]" if ":" in config.host else config.host
     what = "minions app" if ui else "minions OpenAI-compatible API"
     print(f"{what} on http://{shown}:{config.port}/{'' if ui else 'v1'}  (data: {config.root}; Ctrl-C stops)")
     if config.token:
         how = "open /?token=<token> once in the browser" if ui else "send it as the API key"
         print(f"A token is required: {how}.")
-    uvicorn.run(app, host=config.host, port=config.port, log_level="debug" if args.debug else "warning")
+    log_level = "debug" if args.debug else "warning"
+    uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
     return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``; a ConfigError that says what to do when it is taken or not ours."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(
+                f"Port {port} on {host} is in use (another server?): pass --port, or stop what listens there."
+            ) from exc
+        raise ConfigError(f"Cannot listen on {host}:{port} ({exc.strerror or exc}): pass --host or --port.") from exc
+    sock.set_inheritable(True)
+    return sock

@@ -47,7 +47,13 @@ def resolve_model_path(path: str | os.PathLike[str]) -> Path:
                 "file, or pull one with `minions models pull OWNER/REPO[/FILE]` (`minions models` lists them)."
             )
         p = Path(pulled.path)
-    with p.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ModelNotFoundError(f"{str(p)!r} is not a GGUF model file: convert it with llama.cpp first.")
+    try:
+        with p.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"Cannot read the model file {str(p)!r} ({exc.strerror}): check its permissions."
+        ) from exc
+    if magic != b"GGUF":
+        raise ModelNotFoundError(f"{str(p)!r} is not a GGUF model file: convert it with llama.cpp first.")
     return p

@@ -49,9 +49,8 @@ def _resolve_models(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from minions.documents import load_documents
-    from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
-
     from minions.paths import cache_dir, writable_dir
+    from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
 
     writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
     *paths, question = args.inputs

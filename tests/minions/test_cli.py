@@ -105,3 +105,16 @@ def test_debug_shows_the_traceback(tmp_path) -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_a_failure_of_ours_is_one_line_too(capsys, monkeypatch) -> None:
+    import minions.documents
+
+    def broken(paths):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(minions.documents, "load_documents", broken)
+    code, _, err = run_cli(capsys, "ask", str(EXAMPLE), "What was revenue?", "--protocol", "local")
+    assert code == 1 and err.strip() == (
+        "minions: internal error: RuntimeError: a bug of ours (--debug shows the traceback)"
+    )
