@@ -1,9 +1,16 @@
 """Rule-based redaction of personal data from text that leaves the device.
 
 Emails, phone numbers, identifiers (SSN-like, IBAN-like, account and ID numbers, card numbers) and person
-names (a title word followed by capitalized words: "Dr. Jane Smith", "Mr. X") become placeholders such as
-``[EMAIL_1]``. The same value always gets the same placeholder within a run, so the remote model can still
-refer to it, and ``restore`` puts the originals back into what comes home.
+names become placeholders such as ``[EMAIL_1]``. The same value always gets the same placeholder within a run,
+so the remote model can still refer to it, and ``restore`` puts the originals back into what comes home.
+
+Names are found by rule, not by a tagger: two or three capitalized words (or one after a title) where the words
+around them say a person is meant: a title ("Dr. Jane Smith", "Mr. Okafor"), a form's label ("Patient: Maria
+Lopez", "Signed by: ..."), a role before or after ("CEO John Whitfield", "Karen Mills, our Chief Financial
+Officer"), or a verb of saying or doing ("said Michael Brown", "prepared by Peter Walsh", "Jane Smith called").
+A name met once is redacted wherever it appears again in the run, its surname alone included. A name with no
+such cue ("Jane Smith agreed.") goes out as it is; so do words that only look like one. ``tests/protocols/
+redaction_set.py`` is the labelled set the rule is measured on (``test_redaction.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +22,24 @@ __all__ = ["Redactor"]
 
 _TITLES = r"(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof|Sir|Dame|Madam|Mister|Doctor|Professor)"
 _CAP = r"[A-Z][a-zA-Z'\-]*"
+_NOT_WORDS = """
+    Chief Executive Officer Financial Operating Technology Board Directors Director Company Committee Report Annual
+    Quarterly Net Sales Income Revenue Group Holdings Bank Stock Exchange Inc Corp Corporation Ltd LLC Fund Trust
+    North South East West Western Eastern Northern Southern America American Europe European Asia Pacific United
+    States Kingdom New York General Electric Street Road Avenue January February March April May June July August
+    September October November December Monday Tuesday Wednesday Thursday Friday Saturday Sunday The Our This That
+    Item Note Section Table Exhibit Part Total Management Department Office Services CEO CFO COO CTO Chair Chairman
+    Chairwoman President Secretary Treasurer Founder Partner
+"""
+_NOT_NAMES = frozenset(_NOT_WORDS.split())
+"""Capitalized words of filings and letters that are not a person's, whatever the words around them say."""
+_WORD = r"(?:[A-Z][a-z]*(?:['-][A-Z]?[a-z]+)?|[A-Z]\.)"
+_PERSON = rf"({_WORD}(?:\s+{_WORD}){{1,2}})"
+"""Two or three capitalized words (a middle initial counts): what a name looks like without a title before it."""
+_LABEL = r"(?:Name|Patient|Contact|Attn|Attention|Signed(?:\s+by)?|Employee|Client|Witness|Author|Dear)\s*:?\s+"
+_ROLE = r"(?:CEO|CFO|COO|CTO|Chair(?:man|woman)?|President|Director|Secretary|Treasurer|Officer|Founder|Partner)"
+_SAYS_BEFORE = r"(?i:said|says|told|wrote|asked|thanked|according\s+to|by)\s+"
+_DOES_AFTER = r"\s+(?:said|says|told|wrote|asked|called|signed|joined|resigned|reviewed|presented|agreed|noted)\b"
 
 # Order matters: the most specific patterns run first so that, e.g., an IBAN is not read as a phone number.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -38,7 +63,23 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("ID", re.compile(r"\b\d{9,}\b")),
     ("NAME", re.compile(rf"\b{_TITLES}\.?\s+((?:{_CAP})(?:\s+{_CAP}){{0,2}})")),
+    ("NAME", re.compile(rf"(?m)(?:^|\b)(?:{_LABEL}|{_ROLE},?\s+|{_SAYS_BEFORE}){_PERSON}\b")),
+    ("NAME", re.compile(rf"\b{_PERSON},\s+(?:our|the|its|[A-Z]\w+'s|the\s+company's)\s+(?:\w+\s+){{0,3}}?{_ROLE}")),
+    ("NAME", re.compile(rf"\b{_PERSON}{_DOES_AFTER}")),
 )
+
+
+def _trim_name(words: str) -> str | None:
+    """``words`` without the leading and trailing words that are never a person's; None when fewer than two
+    remain (a name without a title is a given name and a surname at least)."""
+    parts = words.split()
+    while parts and parts[0] in _NOT_NAMES:
+        parts.pop(0)
+    while parts and parts[-1] in _NOT_NAMES:
+        parts.pop()
+    if len(parts) < 2 or any(p in _NOT_NAMES for p in parts):
+        return None
+    return " ".join(parts)
 
 
 class Redactor:
@@ -63,6 +104,12 @@ class Redactor:
             # Rules with a group redact the group only (keep "Account number:" and the title word).
             start, end = m.span(1) if m.re.groups else m.span(0)
             value = m.string[start:end]
+            if kind == "NAME" and not m.re.pattern.startswith(r"\b" + _TITLES):
+                value = _trim_name(value)
+                if value is None:  # words that look like a name and are not one ("North America")
+                    return m.group(0)
+                start = m.string.index(value, start)
+                end = start + len(value)
             if kind == "NAME":
                 self._names.add(value)
             token = self._placeholder(kind, value)

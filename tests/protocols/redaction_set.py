@@ -1,0 +1,46 @@
+"""A small labelled set for name redaction: sentences of the kinds the documents hold (filings, letters, clinical
+notes, minutes), each with the person names in it (an empty tuple: none; the words that must stay are the
+rest). ``test_redaction.py`` measures the redactor's recall and precision on it."""
+
+from __future__ import annotations
+
+NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Dr. Jane Smith reviewed the scan on 12 March.", ("Jane Smith",)),
+    ("The patient was seen by Prof. Alan Reyes in the clinic.", ("Alan Reyes",)),
+    ("Mr. Okafor signed the lease.", ("Okafor",)),
+    ("Patient: Maria Lopez, 54, presented with chest pain.", ("Maria Lopez",)),
+    ("Name: Thomas Becker", ("Thomas Becker",)),
+    ("Signed by: Emily Carter", ("Emily Carter",)),
+    ("Attn: Rajesh Kumar, Accounts Payable", ("Rajesh Kumar",)),
+    ("Contact: Li Wei (li.wei@example.com)", ("Li Wei",)),
+    ("Our Chief Executive Officer, Sarah Thompson, joined in 2019.", ("Sarah Thompson",)),
+    ("CEO John Whitfield said demand was strong.", ("John Whitfield",)),
+    ("Chairman Robert Hayes opened the meeting.", ("Robert Hayes",)),
+    ("Karen Mills, our Chief Financial Officer, presented the results.", ("Karen Mills",)),
+    ("David Chen, the company's President, resigned in May.", ("David Chen",)),
+    ("The board thanked Director Anna Novak for her service.", ("Anna Novak",)),
+    ('"We grew in every segment," said Michael Brown.', ("Michael Brown",)),
+    ("According to Laura Stein, the plant will reopen.", ("Laura Stein",)),
+    ("The report was prepared by Peter Walsh and approved by Nina Patel.", ("Peter Walsh", "Nina Patel")),
+    ("Jane Smith called the office again on Monday.", ("Jane Smith",)),
+    ("Revenue for fiscal 2023 was $4.2 billion, up 12 percent.", ()),
+    ("The United States accounted for 60 percent of net sales.", ()),
+    ("Operating expenses rose in North America and Western Europe.", ()),
+    ("The Board of Directors approved the Annual Report.", ()),
+    ("General Electric and Johnson Controls are our main competitors.", ()),
+    ("Net Income attributable to common shareholders increased.", ()),
+    ("The Audit Committee met four times during the year.", ()),
+    ("Cash flows from operating activities were strong.", ()),
+    ("New York Stock Exchange listing standards require an independent board.", ()),
+    ("Goldman Sachs acted as financial advisor to the Company.", ()),
+    ("The Chief Executive Officer reviewed the Quarterly Report.", ()),
+    ("Item 7. Management's Discussion and Analysis of Financial Condition.", ()),
+    ("Sales were driven by North America and Asia Pacific.", ()),
+    ("The plan was approved by the Board in March.", ()),
+    ("The Company said Net Sales rose 5 percent.", ()),
+    ("Equipment sold by Johnson Controls grew in 2023.", ()),
+    ("The lease with Acme Logistics ends in 2027.", ()),
+    ("Jane Smith agreed to the terms.", ("Jane Smith",)),
+    ("Minutes taken by Secretary Paul O'Neill.", ("Paul O'Neill",)),
+    ("Thanks to Maria, the audit finished early.", ("Maria",)),
+)
