@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from minions.errors import BackendError
@@ -24,6 +25,7 @@ from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 __all__ = [
+    "AskingBackend",
     "Backend",
     "BaseBackend",
     "Capabilities",
@@ -159,3 +161,31 @@ class BaseBackend:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+class AskingBackend(BaseBackend):
+    """A backend whose server may or may not report log-probabilities, and is asked, once: the first read of
+    ``capabilities`` sends the question (``_reports_logprobs``, which subclasses implement); assigning
+    ``capabilities`` declares them outright, and the server is not asked. Subclasses call ``_declare`` first."""
+
+    def _declare(self, capabilities: Capabilities, *, ask: bool) -> None:
+        """``capabilities`` as known now; ``ask``: whether ``logprobs`` is still the server's to say."""
+        self._capabilities, self._logprobs_known = capabilities, not ask
+        self._asking = threading.Lock()  # held while the server is asked
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if not self._logprobs_known:
+            with self._asking:
+                if not self._logprobs_known:
+                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
+                    self._logprobs_known = True
+        return self._capabilities
+
+    @capabilities.setter
+    def capabilities(self, declared: Capabilities) -> None:
+        self._capabilities, self._logprobs_known = declared, True
+
+    def _reports_logprobs(self) -> bool:
+        """Whether the server answers a request for log-probabilities with them."""
+        raise NotImplementedError

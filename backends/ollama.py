@@ -30,7 +30,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -51,7 +50,7 @@ from minions.tokens import count_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
-from .base import BaseBackend, Capabilities, MessagesLike, OnResult
+from .base import AskingBackend, Capabilities, MessagesLike, OnResult
 from .settings import count_from_env
 from .wire import first_error, glimpse, logprob_steps
 
@@ -96,7 +95,7 @@ _FAILURES = (ollama.ResponseError, ConnectionError, httpx.TransportError)
 _NOT_OLLAMA = (ValueError, TypeError, AttributeError)
 
 
-class OllamaBackend(BaseBackend):
+class OllamaBackend(AskingBackend):
     """A chat model on an Ollama server (``ollama serve``), by default the one on this machine."""
 
     def __init__(
@@ -117,36 +116,19 @@ class OllamaBackend(BaseBackend):
         self.max_concurrency = parallel if parallel is not None else num_parallel()
         self._checked = False  # whether /api/show was asked (once per backend)
         self._trained_context: int | None = None  # the model's own context length, from /api/show
-        self._capabilities = Capabilities(
+        capabilities = Capabilities(
             json_schema=True,
-            logprobs=False,
+            logprobs=False,  # until the server says (Ollama's releases since late 2025 report them)
             batching=self.max_concurrency > 1,
             streaming=True,
             local=on_this_device(self.address),
             context_window=context_window,
         )
-        self._logprobs_known = False  # whether the server was asked if it reports them (see capabilities)
-        self._asking = threading.Lock()
+        self._declare(capabilities, ask=True)
         extra: dict[str, Any] = {"transport": transport} if transport is not None else {}
         self._seen = threading.local()  # the content type of this thread's last response, for error messages
         # Building the client opens no connection: a server that is down shows at the first call.
         self._client = ollama.Client(host=self.host, timeout=timeout, event_hooks={"response": [self._saw]}, **extra)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What this backend does; ``logprobs``: whether the server reports log-probabilities, asked once, the first
-        time the capabilities are read (Ollama's releases since late 2025 do)."""
-        if not self._logprobs_known:
-            with self._asking:
-                if not self._logprobs_known:
-                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
-                    self._logprobs_known = True
-        return self._capabilities
-
-    @capabilities.setter
-    def capabilities(self, declared: Capabilities) -> None:
-        """Declare the capabilities outright (the server is then not asked)."""
-        self._capabilities, self._logprobs_known = declared, True
 
     def _reports_logprobs(self) -> bool:
         """Whether the server answers a request for log-probabilities with them (one token; the same ``num_ctx``

@@ -59,7 +59,7 @@ from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
-from .base import BaseBackend, Capabilities, MessagesLike
+from .base import AskingBackend, Capabilities, MessagesLike
 from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, logprob_steps, sse_data
 
 __all__ = [
@@ -262,7 +262,7 @@ def context_window_for(model: str) -> int:
     return _CONTEXT_WINDOWS[max(matches, key=len)] if matches else DEFAULT_CONTEXT_WINDOW
 
 
-class OpenAIBackend(BaseBackend):
+class OpenAIBackend(AskingBackend):
     """A chat model behind an OpenAI-compatible API: OpenAI itself, a hosted provider, or a local server.
 
     ``http_client`` (an ``httpx.Client``: a proxy, a test transport) carries the synchronous calls
@@ -307,7 +307,10 @@ class OpenAIBackend(BaseBackend):
         self.json_schema_style: JsonSchemaStyle = json_schema_style or provider.json_schema_style
         self._api_key = api_key
         self._custom_url = base_url is not None or self.provider.name not in PROVIDERS
-        self._capabilities = Capabilities(
+        # ``logprobs``: OpenAI's own API reports them for its chat models (not its reasoning models), and other
+        # hosted APIs are taken not to (they are not asked: every call is billed); a server at a custom URL is asked
+        # once (llama-cpp-python's, vLLM's and llama.cpp's servers report them, some proxies do not).
+        capabilities = Capabilities(
             json_schema=True,
             logprobs=self._hosted_logprobs(),
             batching=False,
@@ -315,14 +318,12 @@ class OpenAIBackend(BaseBackend):
             local=on_this_device(self.address),
             context_window=context_window or context_window_for(model),
         )
-        # A server at a custom URL is asked once, the first time a caller reads the capabilities (see there).
-        self._logprobs_known = not self._custom_url
+        self._declare(capabilities, ask=self._custom_url)
         self._slots: int | None = None
         self._slots_known = not self._custom_url  # asked at the first batch (see max_concurrency)
         self._prices = prices
         self._http_client = http_client
         self._lock = threading.Lock()
-        self._asking = threading.Lock()  # held while the server is asked what it reports (see capabilities)
         self._client: openai.OpenAI | None = None
         # An async client's connections belong to the event loop that opened them: one client per loop.
         self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
@@ -372,25 +373,6 @@ class OpenAIBackend(BaseBackend):
         return self.address
 
     # -- capabilities ------------------------------------------------------------------------------
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """What this backend does. ``logprobs`` is whether the server reports log-probabilities: OpenAI's own API
-        does for its chat models (not its reasoning models) and other hosted APIs are taken not to (they are not
-        asked: every call is billed); a server at a custom URL is asked once, by a one-token request, the first
-        time the capabilities are read (llama-cpp-python's, vLLM's and llama.cpp's servers report them, some
-        proxies do not)."""
-        if not self._logprobs_known:
-            with self._asking:
-                if not self._logprobs_known:
-                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
-                    self._logprobs_known = True
-        return self._capabilities
-
-    @capabilities.setter
-    def capabilities(self, declared: Capabilities) -> None:
-        """Declare the capabilities outright (the server is then not asked)."""
-        self._capabilities, self._logprobs_known = declared, True
 
     @property
     def max_concurrency(self) -> int:
