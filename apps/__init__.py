@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import AppConfig
-    from .library import Library
+    from .library import AppLibrary
     from .runs import Models, Runner, Settings
     from .store import Store
     from .web import create_app
 
 _LAZY = {
     "AppConfig": "minions.apps.config",
-    "Library": "minions.apps.library",
+    "AppLibrary": "minions.apps.library",
     "Models": "minions.apps.runs",
     "Runner": "minions.apps.runs",
     "Settings": "minions.apps.runs",
@@ -39,4 +39,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["AppConfig", "Library", "Models", "Runner", "Settings", "Store", "create_app"]
+__all__ = ["AppConfig", "AppLibrary", "Models", "Runner", "Settings", "Store", "create_app"]

@@ -72,6 +72,9 @@ class AppConfig:
     max_json_depth: int = MAX_JSON_DEPTH
     ui: bool = True
     """Serve the chat page and its API; ``minions serve`` turns it off and keeps the OpenAI routes only."""
+    warm_chunk_states: bool = False
+    """Read each added document ahead on the embedded model (its chunk states saved: minutes a 10-K); off, a
+    document is ready once its text is indexed, and a chunk's state is saved when a question reads it."""
 
     def __post_init__(self) -> None:
         if self.token is not None and len(self.token) < 8:

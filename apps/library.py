@@ -7,7 +7,12 @@ Nothing the browser sends is trusted as a path or run as code:
 - a folder is a path on this machine that the user typed; only supported files inside it are read, symlinks
   are resolved and anything that resolves outside the folder is skipped.
 
-Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread.
+Every document added is also put in the library's text index (``protocols.textindex``, ``index.sqlite`` in the
+library folder): a question is routed to the documents it names and ranked there by words
+(``protocols.library.search_library``), so it reads only those, however many documents the library holds.
+
+Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
+a folder is added, ``progress`` says which file it is at.
 """
 
 from __future__ import annotations
@@ -22,16 +27,24 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
 from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+from minions.protocols.library import LibrarySearch, search_library
+from minions.protocols.options import RunOptions
+from minions.protocols.ranking import Ranking
+from minions.protocols.routing import profile
+from minions.protocols.textindex import SqliteIndex
 
 from .store import DocumentRecord, Store
 
 __all__ = [
     "ACCEPTED_SUFFIXES",
+    "AppLibrary",
     "FolderReport",
-    "Library",
+    "Sources",
     "UnsupportedUploadError",
     "UploadTooLargeError",
     "check_content",
@@ -53,6 +66,14 @@ class UploadTooLargeError(DocumentError):
 
 class UnsupportedUploadError(UnreadableDocumentError):
     pass
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a question over the library reads: the documents its search led to, and the chunks it ranked."""
+
+    documents: list[Document]
+    ranking: Ranking | None = None
 
 
 @dataclass
@@ -94,14 +115,19 @@ def check_content(name: str, head: bytes) -> str:
     return suffix
 
 
-class Library:
-    """Documents on disk plus their rows in the store; loaded ``Document`` objects are kept for reuse."""
+class AppLibrary:
+    """Documents on disk plus their rows in the store and their chunks in the text index; loaded ``Document``
+    objects are kept for reuse."""
 
-    def __init__(self, store: Store, root: Path, *, max_bytes: int) -> None:
+    def __init__(self, store: Store, root: Path, *, max_bytes: int, options: RunOptions | None = None) -> None:
         self.store = store
         self.uploads = (root / "uploads").resolve()
         self.uploads.mkdir(parents=True, exist_ok=True)
+        self.index = SqliteIndex(root / "index.sqlite")
+        self.options = options or RunOptions()
         self.max_bytes = max_bytes
+        self.progress: dict[str, Any] | None = None
+        """While a folder is being added: the folder, files done of files_total, the file at hand."""
         self._loaded: OrderedDict[str, Document] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -131,8 +157,11 @@ class Library:
         """Add every supported file under ``folder`` (a path on this machine), without leaving it."""
         root = self._folder_root(folder)
         report = FolderReport()
-        for path in self._walk(root, report):
+        paths = self._walk(root, report)
+        for n, path in enumerate(paths):
             shown = str(path.relative_to(root))
+            self.progress = {"folder": str(root), "files": n, "files_total": len(paths), "file": shown,
+                             "added": len(report.added), "skipped": len(report.skipped)}  # fmt: skip
             try:
                 real = path.resolve(strict=True)
                 if not real.is_relative_to(root):
@@ -153,6 +182,7 @@ class Library:
                 report.added.append(self._register(doc, path.name, real, "folder", size, digest))
             except (DocumentError, OSError) as exc:
                 report.skipped.append((shown, str(exc)))
+        self.progress = None
         return report
 
     def _folder_root(self, folder: str) -> Path:
@@ -201,20 +231,56 @@ class Library:
             chars=len(doc.text),
             sha256=digest,
         )
-        self._remember(record.id, replace(doc, name=record.name))
+        named = replace(doc, name=record.name)
+        try:
+            self._index(record, named)
+        except BaseException:
+            self.store.remove_document(record.id)
+            raise
+        self._remember(record.id, named)
         return record
+
+    def _index(self, record: DocumentRecord, doc: Document) -> None:
+        o = self.options
+        chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+        self.index.add(
+            doc, chunks, key=record.id, sha256=record.sha256, size=record.bytes, profile=profile(doc, len(chunks))
+        )
+
+    def search(self, question: str, ids: Sequence[str] | None = None) -> Sources:
+        """What ``question`` reads: routed among the documents ``ids`` (None: all), ranked by words; a document
+        the index does not hold yet (a library from before the index) is indexed first."""
+        records = self._records(ids)
+        indexed = {d.key for d in self.index.documents()}
+        for r in records:
+            if r.id not in indexed:
+                self._index(r, self.load(r))
+        found: LibrarySearch = search_library(self.index, question, documents=[r.name for r in records])
+        depth = max(self.options.read_chunks, self.options.top_k)
+        by_name = {r.name: r for r in records}
+        docs = [self.load(by_name[n]) for n in found.documents(depth) if n in by_name]
+        return Sources(docs or [self.load(records[0])], found.ranking)
+
+    def index_bytes(self) -> dict[str, int]:
+        """The text index's disk, shared out among the documents by their characters."""
+        docs = self.index.documents()
+        total, chars = self.index.disk_bytes(), sum(d.chars for d in docs) or 1
+        return {d.key: int(total * d.chars / chars) for d in docs}
 
     # -- using ------------------------------------------------------------------------------------------------
     def documents(self, ids: Sequence[str] | None = None) -> list[Document]:
         """The library's documents (all of them when ``ids`` is None), named as the library names them."""
+        return [self.load(r) for r in self._records(ids)]
+
+    def _records(self, ids: Sequence[str] | None) -> list[DocumentRecord]:
         records = self.store.documents()
-        if ids is not None:
-            by_id = {r.id: r for r in records}
-            missing = [i for i in ids if i not in by_id]
-            if missing:
-                raise DocumentNotFoundError(f"No document {missing[0]!r} in the library: it may have been removed.")
-            records = [by_id[i] for i in ids]
-        return [self.load(r) for r in records]
+        if ids is None:
+            return records
+        by_id = {r.id: r for r in records}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise DocumentNotFoundError(f"No document {missing[0]!r} in the library: it may have been removed.")
+        return [by_id[i] for i in ids]
 
     def resolve_names(self, refs: Sequence[str]) -> list[str]:
         """Document ids for references that are ids or names (the OpenAI route's ``documents`` field)."""
@@ -266,6 +332,7 @@ class Library:
         record = self.store.remove_document(doc_id)
         if record is None:
             return None
+        self.index.remove(record.name)
         with self._lock:
             self._loaded.pop(doc_id, None)
         if record.source == "upload" and Path(record.path).parent == self.uploads:

@@ -35,6 +35,8 @@ from minions.protocols import (
     remote_leaves_device,
 )
 
+from .library import Sources
+
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
 
 log = logging.getLogger(__name__)
@@ -131,8 +133,9 @@ def _spec(model: Backend | str | None) -> str | None:
 @dataclass(frozen=True)
 class RunRequest:
     question: str
-    documents: Callable[[], list[Document]]
-    """Called in the worker: loading PDFs blocks, and a failure to load becomes the run's error."""
+    documents: Callable[[], list[Document] | Sources]
+    """Called in the worker: loading PDFs blocks, and a failure to load becomes the run's error. ``Sources``: the
+    library's search led to these documents and ranked their chunks (``AppLibrary.search``)."""
     settings: Settings
 
 
@@ -194,11 +197,13 @@ class Runner:
         try:
             if cancel.cancelled:
                 return Outcome("cancelled", "", s, error="Cancelled before it started.")
-            docs = request.documents()
+            found = request.documents()
+            sources = found if isinstance(found, Sources) else Sources(found)
+            docs = sources.documents
             local = self.models.get(s.local)
             remote = self.models.get(s.remote) if s.remote else None
             protocol = get_protocol(s.protocol, local, remote, **s.options())
-            result = protocol.run(request.question, docs, events=events, cancel=cancel)
+            result = protocol.run(request.question, docs, events=events, cancel=cancel, ranking=sources.ranking)
         except MinionsError as exc:
             return Outcome("error", "", s, error=str(exc), exception=exc)
         except Exception as exc:  # the app's top level for a run: log it, tell the user, keep serving

@@ -25,7 +25,7 @@ from minions.protocols import default_protocol
 from minions.unicode import valid_text
 
 from .config import AppConfig
-from .library import Library, UnsupportedUploadError, UploadTooLargeError
+from .library import AppLibrary, UnsupportedUploadError, UploadTooLargeError
 from .reading import Reader
 from .runs import Runner, Settings
 from .store import Store
@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 class AppState:
     config: AppConfig
     store: Store
-    library: Library
+    library: AppLibrary
     runner: Runner
     reader: Reader = field(default_factory=Reader)
     """Documents read ahead of questions (``apps.reading``)."""

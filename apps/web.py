@@ -32,14 +32,13 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions.backends.base import Backend
-from minions.documents import Document
 from minions.errors import DocumentError
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
 
 from . import openai_api
 from .config import AppConfig
-from .library import ACCEPTED_SUFFIXES, Library, UploadTooLargeError
+from .library import ACCEPTED_SUFFIXES, AppLibrary, Sources, UploadTooLargeError
 from .limits import BodyLimits
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard
@@ -75,7 +74,7 @@ def create_app(
     state = AppState(
         config,
         store,
-        Library(store, root / "library", max_bytes=config.max_upload_bytes),
+        AppLibrary(store, root / "library", max_bytes=config.max_upload_bytes),
         Runner(Models(local, remote)),
     )
     models = state.runner.models
@@ -169,17 +168,30 @@ async def put_settings(body: Settings, request: Request) -> dict[str, Any]:
 @api.get("/documents")
 async def list_documents(request: Request) -> dict[str, Any]:
     state = state_of(request)
-    return {"documents": [_with_reading(state, d) for d in state.store.documents()]}
+    indexed = await asyncio.to_thread(state.library.index_bytes)
+    documents = [_with_reading(state, d, indexed) for d in state.store.documents()]
+    return {"documents": documents, "index_bytes": state.library.index.disk_bytes()}
 
 
-def _with_reading(state: AppState, record: DocumentRecord) -> dict[str, Any]:
-    """A document as the browser sees it: with how far the local model read it ahead, where it does."""
+@api.get("/library/progress")
+async def library_progress(request: Request) -> dict[str, Any]:
+    """How far adding a folder has come (None when none is being added)."""
+    return {"adding": state_of(request).library.progress}
+
+
+def _with_reading(state: AppState, record: DocumentRecord, indexed: dict[str, int] | None = None) -> dict[str, Any]:
+    """A document as the browser sees it: with its share of the text index on disk, and how far the local model
+    read it ahead, where it does."""
     status = state.reader.status(record.id)
-    return {**record.to_dict(), "reading": status.to_dict() if status is not None else None}
+    index_bytes = (indexed or {}).get(record.id)
+    return {**record.to_dict(), "index_bytes": index_bytes, "reading": status.to_dict() if status is not None else None}
 
 
 def _read_ahead(state: AppState, records: list[DocumentRecord]) -> None:
-    """Start reading ``records`` ahead of questions on the settings' local model (``apps.reading``)."""
+    """Start reading ``records`` ahead of questions on the settings' local model (``apps.reading``), when the app
+    is configured to (``AppConfig.warm_chunk_states``)."""
+    if not state.config.warm_chunk_states:
+        return
     local = state.runner.models.get(state.settings().local)
     for record in records:
         state.reader.start(record.id, functools.partial(state.library.load, record), local, RunOptions())
@@ -291,7 +303,7 @@ async def ask(conversation_id: str, body: AskBody, request: Request) -> Streamin
             conversation_id, "assistant", outcome.text, status=outcome.status, meta=outcome.meta()
         ).to_dict()
 
-    run = RunRequest(question, _library_documents(state, body.document_ids), settings)
+    run = RunRequest(question, _library_documents(state, body.document_ids, question), settings)
     return StreamingResponse(
         _events(asked, state.runner.stream(run, on_done=store_answer)),
         media_type="text/event-stream",
@@ -299,16 +311,17 @@ async def ask(conversation_id: str, body: AskBody, request: Request) -> Streamin
     )
 
 
-def _library_documents(state: AppState, ids: list[str] | None) -> Callable[[], list[Document]]:
-    def load() -> list[Document]:
+def _library_documents(state: AppState, ids: list[str] | None, question: str) -> Callable[[], Sources]:
+    """What ``question`` reads of the library (the documents ``ids``, or all): its search (``AppLibrary.search``)."""
+
+    def load() -> Sources:
         if ids is not None and not ids:
             raise InputError("No documents selected: tick at least one document in the library.")
-        docs = state.library.documents(ids)
-        if not docs:
+        if not state.store.documents():
             raise InputError(
                 "No documents: add a document to the library (upload a file or add a folder), then ask again."
             )
-        return docs
+        return state.library.search(question, ids)
 
     return load
 

@@ -77,6 +77,8 @@ class BaseProtocol:
         docs = as_documents(documents)
         ctx = self._context(task, docs, events or self.events, cancel or self.cancel)
         ctx.ranking = ranking
+        if ranking is not None and ranking.about:
+            ctx.reading["library"] = dict(ranking.about)
         _note_replaced(ctx, replaced, docs)
         estimate = remote_only_estimate(task, docs, self.remote, self.options)
         try:

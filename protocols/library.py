@@ -130,7 +130,9 @@ def search_library(
     else:
         ranked = index.search(question, documents=[d.name for d in records] if documents is not None else None, k=k)
     total = index.chunk_count(found.documents)
-    return LibrarySearch(found, Ranking(ranked[:k], total), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    about = {**found.to_dict(), "search_s": round(seconds, 4)}
+    return LibrarySearch(found, Ranking(ranked[:k], total, about), seconds)
 
 
 def _index_path(path: str | os.PathLike[str] | None) -> str:
@@ -325,10 +327,7 @@ class Library:
         depth = max(self.options.read_chunks, self.options.top_k)
         names = found.documents(depth) or [self.documents[0].name]
         docs = [self.index.document(n) for n in names]
-        result = self.protocol.run(question, docs, ranking=found.ranking, **kwargs)
-        result.reading["library"] = {**found.route.to_dict(), "search_s": round(found.seconds, 4)}
-        result.timings["route_rank_s"] = found.seconds
-        return result
+        return self.protocol.run(question, docs, ranking=found.ranking, **kwargs)
 
     def warm(
         self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None

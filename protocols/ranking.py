@@ -10,8 +10,9 @@ A small model reads only what ranks best: the rest is skipped, and the ranking s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from minions.chunking import Chunk
 
@@ -43,6 +44,8 @@ class Ranking:
     ranked: Sequence[Ranked]
     chunks: int
     """Chunks the search ranked them among (every chunk of the documents searched)."""
+    about: Mapping[str, Any] = field(default_factory=dict)
+    """How the search went, for ``RunResult.reading["library"]``: the documents considered and why, its time."""
 
 
 def word_order(texts: Sequence[str], query: str, *, question: str | None = None) -> list[tuple[int, float]]:

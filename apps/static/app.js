@@ -84,7 +84,8 @@ function renderDocs() {
       setExcluded(set);
     });
     const pages = d.pages ? `${d.pages} page${d.pages === 1 ? "" : "s"}` : `${fmtInt(d.chars)} characters`;
-    const meta = `${pages} · ${size(d.bytes)}${d.source === "folder" ? " · from a folder" : ""}`;
+    const indexed = d.index_bytes ? ` · ${size(d.index_bytes)} indexed` : "";
+    const meta = `${pages} · ${size(d.bytes)}${indexed}${d.source === "folder" ? " · from a folder" : ""}`;
     const reading = readingText(d.reading);
     return el("li", { class: "doc", "data-id": d.id },
       box,
@@ -129,11 +130,23 @@ async function addFolder(event) {
   const path = $("#folder-path").value.trim();
   if (!path) return setStatus($("#library-status"), "Type the path of a folder on this machine.", "error");
   setStatus($("#library-status"), `Reading ${path}…`);
+  // while the folder is read, say which file it is at (the request answers when all are done)
+  const follow = setInterval(async () => {
+    try {
+      const { adding } = await api("GET", "/api/library/progress");
+      if (adding) {
+        const left = adding.files ? ` · ${adding.added} added${adding.skipped ? `, ${adding.skipped} skipped` : ""}` : "";
+        setStatus($("#library-status"), `Adding ${adding.files + 1} of ${adding.files_total}: ${adding.file}${left}`);
+      }
+    } catch { /* the answer to the request itself says what went wrong */ }
+  }, 700);
   try {
     reportAdded(await api("POST", "/api/folders", { path }));
     $("#folder-path").value = "";
   } catch (err) {
     setStatus($("#library-status"), err.message, "error");
+  } finally {
+    clearInterval(follow);
   }
   await loadDocs();
 }
@@ -233,6 +246,8 @@ function runSummary(r, meta) {
   const parts = [`${r.protocol}`, `${r.rounds} round${r.rounds === 1 ? "" : "s"}`];
   if (r.jobs.length) parts.push(`${r.jobs.length} local job${r.jobs.length === 1 ? "" : "s"} (${ok} ok)`);
   if (r.reading && r.reading.chunks) parts.push(`read ${r.reading.read} of ${r.reading.chunks} passages`);
+  const lib = r.reading && r.reading.library;
+  if (lib && lib.routed) parts.push(`from ${lib.documents.join(", ")} (of ${lib.of} documents)`);
   parts.push(`local ${meta.local}`, `remote ${meta.remote || "none"}`);
   if (r.timings && r.timings.total_s) parts.push(`${r.timings.total_s.toFixed(1)} s`);
   return parts.join(" · ");

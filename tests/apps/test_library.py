@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from minions.apps.library import Library, UnsupportedUploadError, UploadTooLargeError, clean_name
+from minions.apps.library import AppLibrary, UnsupportedUploadError, UploadTooLargeError, clean_name
 from minions.apps.store import Store
 from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
 
-from .helpers import FACT, make_pdf, report_pages
+from .conftest import AppFactory
+from .helpers import FACT, FILLER, make_pdf, report_pages
 
 
 @pytest.fixture
-def library(tmp_path: Path) -> Library:
-    return Library(Store(tmp_path / "db.sqlite3"), tmp_path / "library", max_bytes=100_000)
+def library(tmp_path: Path) -> AppLibrary:
+    return AppLibrary(Store(tmp_path / "db.sqlite3"), tmp_path / "library", max_bytes=100_000)
 
 
-def test_a_pdf_upload_is_stored_under_a_generated_name_and_loads_with_pages(library: Library) -> None:
+def test_a_pdf_upload_is_stored_under_a_generated_name_and_loads_with_pages(library: AppLibrary) -> None:
     record = library.add_upload("../../etc/report.pdf", make_pdf(report_pages()))
 
     assert record.name == "report.pdf" and record.pages == 3 and record.source == "upload"
@@ -29,7 +32,7 @@ def test_a_pdf_upload_is_stored_under_a_generated_name_and_loads_with_pages(libr
     assert doc.name == "report.pdf" and FACT[:30] in library.page_text(record.id, 2)
 
 
-def test_the_same_file_twice_is_one_document_and_equal_names_get_a_number(library: Library) -> None:
+def test_the_same_file_twice_is_one_document_and_equal_names_get_a_number(library: AppLibrary) -> None:
     first = library.add_upload("a.txt", b"Some text.")
     assert library.add_upload("copy.txt", b"Some text.").id == first.id
     second = library.add_upload("a.txt", b"Other text.")
@@ -49,7 +52,7 @@ def test_the_same_file_twice_is_one_document_and_equal_names_get_a_number(librar
     ],
 )
 def test_bad_uploads_are_refused_with_a_specific_message_and_leave_nothing(
-    library: Library, name: str, data: bytes, error: type[Exception], message: str
+    library: AppLibrary, name: str, data: bytes, error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
         library.add_upload(name, data)
@@ -63,7 +66,7 @@ def test_display_names_lose_paths_and_control_characters() -> None:
     assert clean_name("") == "document"
 
 
-def test_a_folder_adds_supported_files_and_never_follows_links_outside(library: Library, tmp_path: Path) -> None:
+def test_a_folder_adds_supported_files_and_never_follows_links_outside(library: AppLibrary, tmp_path: Path) -> None:
     folder = tmp_path / "docs"
     (folder / "sub").mkdir(parents=True)
     (folder / "sub" / "q3.md").write_text("# Q3\n\nSales grew.")
@@ -92,12 +95,12 @@ def test_a_folder_adds_supported_files_and_never_follows_links_outside(library: 
 
 
 @pytest.mark.parametrize("path", ["", "relative/folder", "/no/such/folder"])
-def test_a_folder_must_be_an_existing_absolute_path(library: Library, path: str) -> None:
+def test_a_folder_must_be_an_existing_absolute_path(library: AppLibrary, path: str) -> None:
     with pytest.raises(DocumentNotFoundError):
         library.add_folder(path)
 
 
-def test_removing_an_upload_deletes_its_file_but_a_folder_file_stays(library: Library, tmp_path: Path) -> None:
+def test_removing_an_upload_deletes_its_file_but_a_folder_file_stays(library: AppLibrary, tmp_path: Path) -> None:
     upload = library.add_upload("a.txt", b"Some text.")
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -111,13 +114,41 @@ def test_removing_an_upload_deletes_its_file_but_a_folder_file_stays(library: Li
     assert library.store.documents() == []
 
 
-def test_a_folder_file_that_disappeared_says_so(library: Library, tmp_path: Path) -> None:
+def test_a_folder_file_that_disappeared_says_so(library: AppLibrary, tmp_path: Path) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "b.txt").write_text("Other text.")
     (record,) = library.add_folder(str(folder)).added
     (folder / "b.txt").unlink()
-    fresh = Library(library.store, tmp_path / "library", max_bytes=100_000)  # nothing loaded yet
+    fresh = AppLibrary(library.store, tmp_path / "library", max_bytes=100_000)  # nothing loaded yet
 
     with pytest.raises(DocumentNotFoundError, match="no longer at"):
         fresh.documents([record.id])
+
+
+def test_a_question_over_a_folder_reads_only_the_documents_it_names(make_local_app: AppFactory, tmp_path: Path) -> None:
+    """Many documents, one named by the question: the search routes there, and the local model reads its chunks
+    only (the scripted model quotes the revenue fact where it sees it)."""
+
+    def filing(company: str, year: int, fact: str = "") -> str:
+        cover = f"FORM 10-K\nFor the fiscal year ended December 31, {year}\n{company}\n(Exact name of registrant)\n\n"
+        return cover + FILLER * 30 + fact + " " + FILLER * 5
+
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    for i, company in enumerate(["BOREALIS MINING CORP", "CASCADE SHIPPING INC", "DELTA FOODS LTD"]):
+        (folder / f"f{i}.txt").write_text(filing(company, 2022))
+    (folder / "quill.txt").write_text(filing("QUILL INSTRUMENTS PLC", 2023, FACT))
+    with TestClient(make_local_app(), base_url="http://127.0.0.1:8765") as client:
+        added = client.post("/api/folders", json={"path": str(folder)}).json()["added"]
+        assert len(added) == 4 and client.get("/api/library/progress").json() == {"adding": None}
+        conversation = client.post("/api/conversations").json()["id"]
+        with client.stream(
+            "POST", f"/api/conversations/{conversation}/messages", json={"question": "What was Quill's revenue?"}
+        ) as response:
+            events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    answer = json.loads(events[-1][6:])["message"]
+    result = answer["meta"]["result"]
+    assert "$4.2 billion" in answer["content"]
+    assert result["reading"]["library"]["documents"][0] == "quill.txt"
+    assert {j["document"] for j in result["jobs"]} == {"quill.txt"}

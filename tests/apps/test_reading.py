@@ -52,7 +52,7 @@ def state(client: TestClient) -> AppState:
 
 def test_an_upload_is_read_ahead_then_ready(make_app: AppFactory) -> None:
     local = ReadingBackend()
-    with TestClient(make_app(local, None), base_url="http://127.0.0.1:8765") as client:
+    with TestClient(make_app(local, None, warm_chunk_states=True), base_url="http://127.0.0.1:8765") as client:
         added = client.post("/api/documents", files={"files": ("notes.txt", TEXT.encode())}).json()["added"][0]
         assert added["reading"]["state"] in ("queued", "reading") and added["reading"]["percent"] == 0
         local.gate.set()
@@ -67,3 +67,14 @@ def test_a_model_that_keeps_no_prefixes_shows_no_reading(client: TestClient) -> 
     client.post("/api/documents", files={"files": ("notes.txt", TEXT.encode())})
     (doc,) = client.get("/api/documents").json()["documents"]
     assert doc["reading"] is None
+
+
+def test_by_default_an_upload_is_ready_once_its_text_is_indexed(make_app: AppFactory) -> None:
+    local = ReadingBackend()
+    local.gate.set()
+    with TestClient(make_app(local, None), base_url="http://127.0.0.1:8765") as client:
+        added = client.post("/api/documents", files={"files": ("notes.txt", TEXT.encode())}).json()["added"][0]
+        assert added["reading"] is None  # nothing to wait for: no chunk state is computed ahead
+        listed = client.get("/api/documents").json()
+        assert listed["documents"][0]["index_bytes"] > 0 and listed["index_bytes"] > 0
+    assert local.calls == []
