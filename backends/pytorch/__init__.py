@@ -1,16 +1,43 @@
 """The PyTorch backend: transformers models with token-tree speculation (``transformers/<GGUF or folder>``).
 
-Importing this package imports torch; ``minions.backends.registry`` imports it only when a ``transformers/``
-model is resolved, so nothing else pays for torch.
+Its names load on first use, with torch: ``minions.backends.registry`` resolves a ``transformers/`` model only
+when one is named, and the CLI reads ``bench.TreeBenchConfig``'s defaults without torch, so an install without
+the ``pytorch`` extra runs everything else.
 """
 
-from . import batched
-from .backend import TransformersBackend, resolve_source
-from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
-from .draft import Acceptance, ContextIndex, CostCurve, Trie, shape_tree
-from .draft_model import Calibration, DraftTrees, best_first
-from .hybrid import AttentionState, ReplayState, StateKeeper, has_recurrent_state, state_keeper
-from .tree import TokenTree, ancestor_mask, keep_path, verify, walk
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import batched
+    from .backend import TransformersBackend, resolve_source
+    from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
+    from .draft import Acceptance, ContextIndex, ForwardCost, Trie, shape_tree
+    from .draft_model import Calibration, DraftTrees, best_first
+    from .hybrid import AttentionState, ReplayState, StateKeeper, has_recurrent_state, state_keeper
+    from .tree import TokenTree, ancestor_mask, keep_path, verify, walk
+
+_MODULES = {
+    "backend": ("TransformersBackend", "resolve_source"),
+    "decode": ("Chooser", "Decoded", "JsonGrammar", "Mode", "SpecConfig", "Speculation", "generate", "measure_cost"),
+    "draft": ("Acceptance", "ContextIndex", "ForwardCost", "Trie", "shape_tree"),
+    "draft_model": ("Calibration", "DraftTrees", "best_first"),
+    "hybrid": ("AttentionState", "ReplayState", "StateKeeper", "has_recurrent_state", "state_keeper"),
+    "tree": ("TokenTree", "ancestor_mask", "keep_path", "verify", "walk"),
+}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "batched":
+        return importlib.import_module(f"{__name__}.batched")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Acceptance",
@@ -18,9 +45,9 @@ __all__ = [
     "Calibration",
     "Chooser",
     "ContextIndex",
-    "CostCurve",
     "Decoded",
     "DraftTrees",
+    "ForwardCost",
     "JsonGrammar",
     "Mode",
     "ReplayState",

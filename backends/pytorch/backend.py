@@ -37,8 +37,8 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 from ..base import BaseBackend, Capabilities, OnResult, cancelled_result, error_result
 from ..settings import cpu_threads
 from .batched import generate_batch
-from .decode import Chooser, Decoded, Job, JsonGrammar, Mode, SpecConfig, Speculation, decode, measure_cost
-from .draft import CostCurve
+from .decode import Chooser, Decoded, DecodeState, JsonGrammar, Mode, SpecConfig, Speculation, decode, measure_cost
+from .draft import ForwardCost
 from .draft_model import DraftTrees
 from .hybrid import has_recurrent_state, state_keeper
 
@@ -164,7 +164,7 @@ class TransformersBackend(BaseBackend):
     def speculation(self) -> Speculation:
         """Speculation's state for this backend: T(n) measured once on first use, acceptance learned per job."""
         if self._speculation is None:
-            plain = CostCurve((1,), (1.0,))  # plain decoding never drafts: its curve is never read
+            plain = ForwardCost((1,), (1.0,))  # plain decoding never drafts: its curve is never read
             cost = measure_cost(self.model, self.new_cache) if self.spec.mode != "plain" else plain
             self._speculation = Speculation(self.spec, cost)
         return self._speculation
@@ -223,7 +223,7 @@ class TransformersBackend(BaseBackend):
     def _chat(self, messages: list[Message], params: SamplingParams) -> ChatResult:
         return self.complete(messages, params)
 
-    def _job(self, messages: Sequence[Message], params: SamplingParams) -> tuple[Job, Chooser]:
+    def _job(self, messages: Sequence[Message], params: SamplingParams) -> tuple[DecodeState, Chooser]:
         """A job for the decode loops: its prompt, token limit, chooser (grammar, sampling) and stops."""
         prompt = self.prompt_ids(messages)
         limit = self.capabilities.context_window
@@ -235,12 +235,18 @@ class TransformersBackend(BaseBackend):
         grammar = self.grammar(params.json_schema) if params.json_schema is not None else None
         chooser = Chooser(temperature=params.temperature, top_p=params.top_p, seed=params.seed, grammar=grammar,
                           logprobs=params.logprobs)  # fmt: skip
-        job = Job(prompt, min(params.max_tokens, limit - len(prompt)), chooser, self.end_ids().__contains__,
+        job = DecodeState(prompt, min(params.max_tokens, limit - len(prompt)), chooser, self.end_ids().__contains__,
                   self._stopper(params), grammar.forced if grammar is not None else None)  # fmt: skip
         return job, chooser
 
     def _result(
-        self, job: Job, chooser: Chooser, params: SamplingParams, spec: Speculation, seconds: float, batch: int = 1
+        self,
+        job: DecodeState,
+        chooser: Chooser,
+        params: SamplingParams,
+        spec: Speculation,
+        seconds: float,
+        batch: int = 1,
     ) -> ChatResult:
         decoded = job.out
         text, finish = _cut(self.tokenizer.decode(decoded.tokens, skip_special_tokens=True), decoded, params)
@@ -309,8 +315,8 @@ class TransformersBackend(BaseBackend):
     def _batch(self, group: Sequence[ChatRequest]) -> list[ChatResult]:
         """One group decoded together; a job that cannot run (a prompt too long) fails alone."""
         start = time.perf_counter()
-        plain = Speculation(SpecConfig(mode="plain"), CostCurve((1,), (1.0,)))
-        jobs: dict[int, tuple[Job, Chooser]] = {}
+        plain = Speculation(SpecConfig(mode="plain"), ForwardCost((1,), (1.0,)))
+        jobs: dict[int, tuple[DecodeState, Chooser]] = {}
         results: dict[int, ChatResult] = {}
         with self._lock:
             for i, req in enumerate(group):

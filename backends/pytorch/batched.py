@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from .decode import Decoded, Job, Speculation, active
+from .decode import Decoded, DecodeState, Speculation, active
 from .tree import TokenTree, additive, ancestors
 
 __all__ = ["generate_batch"]
@@ -94,7 +94,7 @@ def _compact(cache: Any, valid: torch.Tensor) -> torch.Tensor:
 
 
 def generate_batch(
-    model: Any, new_cache: Any, jobs: Sequence[Job], *, speculation: Speculation | None
+    model: Any, new_cache: Any, jobs: Sequence[DecodeState], *, speculation: Speculation | None
 ) -> list[Decoded]:
     """Decode ``jobs`` together into a cache from ``new_cache()``; each job's ``out`` is filled in and returned.
 

@@ -31,12 +31,13 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult
 
-from .backend import TransformersBackend
-from .decode import Mode, SpecConfig, Speculation, measure_cost
+if TYPE_CHECKING:  # torch loads when the bench runs, not when the CLI reads TreeBenchConfig's defaults
+    from .backend import TransformersBackend
+    from .decode import Mode, Speculation
 
 __all__ = ["TreeBenchConfig", "tree_bench"]
 
@@ -166,6 +167,9 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     if c.n_threads is not None:
         torch.set_num_threads(c.n_threads)
     start = time.perf_counter()
+    from .backend import TransformersBackend
+    from .decode import SpecConfig, Speculation, measure_cost
+
     backend = TransformersBackend(draft_model="auto" if c.draft else None)
     names = [name for name, (_, draft) in RUNS.items()
              if (not draft or backend.draft_model is not None) and (c.batched or name != "batched")]  # fmt: skip

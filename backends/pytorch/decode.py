@@ -18,15 +18,15 @@ import torch
 
 from minions.errors import ConfigError
 
-from .draft import STRONG_MATCH, Acceptance, ContextIndex, CostCurve, shape_tree
+from .draft import STRONG_MATCH, Acceptance, ContextIndex, ForwardCost, shape_tree
 from .draft_model import Calibration, DraftTrees
 from .hybrid import AttentionState, StateKeeper
 from .tree import TokenTree, keep_path, verify, walk
 
 __all__ = [
     "Chooser",
+    "DecodeState",
     "Decoded",
-    "Job",
     "JsonGrammar",
     "Mode",
     "SpecConfig",
@@ -57,7 +57,7 @@ class SpecConfig:
 class Speculation:
     """What speculation learns across the jobs of one backend: acceptance by depth and rank, and T(n)."""
 
-    def __init__(self, config: SpecConfig, cost: CostCurve) -> None:
+    def __init__(self, config: SpecConfig, cost: ForwardCost) -> None:
         self.config, self.cost = config, cost
         width = 1 if config.mode == "chain" else config.width
         self.width = width
@@ -160,7 +160,7 @@ class Chooser:
 
 
 @dataclass
-class Job:
+class DecodeState:
     """One reply being decoded: its text so far, its drafts, and what it emitted. ``generate`` drives one job;
     ``batched.generate_batch`` drives several through one forward pass per step."""
 
@@ -259,14 +259,14 @@ def generate(
     attention KV only). ``forced()``: tokens a grammar forces next, drafted ahead of the other guesses.
     ``drafter``: a draft model whose trees replace the context's drafts when ``speculation.config.draft``.
     """
-    job = Job(prompt, max_new, choose, is_end, should_stop, forced)
+    job = DecodeState(prompt, max_new, choose, is_end, should_stop, forced)
     return decode(model, cache, job, speculation=speculation, keeper=keeper, drafter=drafter)
 
 
 def decode(
     model: Any,
     cache: Any,
-    job: Job,
+    job: DecodeState,
     *,
     speculation: Speculation | None = None,
     keeper: StateKeeper | None = None,
@@ -310,7 +310,7 @@ def measure_cost(
     past: int = 512,
     sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     repeats: int = 3,
-) -> CostCurve:
+) -> ForwardCost:
     """T(n): the fastest of ``repeats`` verify forwards over ``n`` chained tokens after ``past`` cached tokens,
     timed in rounds over all sizes (a burst of other work then slows one call of several sizes, not every call of
     one size, which the curve's monotone repair below would carry to every larger size)."""
@@ -331,4 +331,4 @@ def measure_cost(
     # measured noise must not make a bigger forward look cheaper than a smaller one
     for i in range(1, len(seconds)):
         seconds[i] = max(seconds[i], seconds[i - 1])
-    return CostCurve(tuple(sizes), tuple(seconds))
+    return ForwardCost(tuple(sizes), tuple(seconds))

@@ -6,7 +6,7 @@
   replies quote their excerpt, so the right continuation is usually among them, not always the most recent.
 - ``Acceptance``: how often a drafted node at depth ``d`` whose parent was accepted was itself accepted, by its
   rank ``r`` among its siblings: ``p[d][r]``, counted over every verify step (with a prior until measured).
-- ``CostCurve``: the measured time ``T(n)`` of one forward over ``n`` tokens.
+- ``ForwardCost``: the measured time ``T(n)`` of one forward over ``n`` tokens.
 - ``shape_tree``: Sequoia's tree choice. Under the positional model (a node is accepted with probability
   ``p[depth][rank]`` given its parent), a tree's expected accepted length is the sum over its nodes of the
   product of ``p`` along their path. That product shrinks from parent to child and from a rank to the next, so
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from .tree import TokenTree
 
-__all__ = ["STRONG_MATCH", "Acceptance", "ContextIndex", "CostCurve", "Trie", "shape_tree"]
+__all__ = ["STRONG_MATCH", "Acceptance", "ContextIndex", "ForwardCost", "Trie", "shape_tree"]
 
 STRONG_MATCH = 2
 """Drafts whose place matches at least this many tokens before the end are counted in their rank's column;
@@ -124,7 +124,7 @@ class Acceptance:
 
 
 @dataclass(frozen=True, slots=True)
-class CostCurve:
+class ForwardCost:
     """``T(n)`` in seconds at measured sizes, linear in between and beyond the last."""
 
     sizes: tuple[int, ...]
@@ -146,7 +146,7 @@ class CostCurve:
 
 
 def shape_tree(
-    root: int, trie: Trie, acceptance: Acceptance, cost: CostCurve, *, max_nodes: int, width: int
+    root: int, trie: Trie, acceptance: Acceptance, cost: ForwardCost, *, max_nodes: int, width: int
 ) -> tuple[TokenTree, list[int], float]:
     """The tree to verify: the best-first drafted nodes, as many as pay for their cost.
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from statistics import median
 from typing import TYPE_CHECKING
 
-from .draft import CostCurve
+from .draft import ForwardCost
 from .tree import TokenTree
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class DraftTrees:
             next(self.model.steps(SEQ, prompt[:-1]), None)
 
     def tree(
-        self, context: Sequence[int], forced: Sequence[int], cost: CostCurve, calibration: Calibration, *,
+        self, context: Sequence[int], forced: Sequence[int], cost: ForwardCost, calibration: Calibration, *,
         depth: int, width: int, max_nodes: int,
     ) -> tuple[TokenTree, list[int], list[float]]:  # fmt: skip
         """The tree below ``context[-1]`` (the root): ``forced`` as a chain, then the draft's positions.
@@ -175,7 +175,7 @@ class DraftTrees:
 
     @staticmethod
     def _worth_more(
-        values: Sequence[float], q: float, factor: float, cost: CostCurve, spent: float, step: float, room: int
+        values: Sequence[float], q: float, factor: float, cost: ForwardCost, spent: float, step: float, room: int
     ) -> bool:
         """Whether drafting up to ``room`` more positions beats the best tree of the nodes drafted so far, in
         expected tokens per second, with each further position worth the last one's value times its ``factor``.

@@ -14,7 +14,7 @@ pytest.importorskip("llguidance")
 
 from minions.backends.pytorch import (
     Calibration,
-    CostCurve,
+    ForwardCost,
     Mode,
     SpecConfig,
     Speculation,
@@ -32,7 +32,7 @@ VALUES = (1.0, 0.9, 0.05, 0.8, 0.1)
 
 
 def test_the_best_first_tree_keeps_the_most_valued_nodes_with_their_parents() -> None:
-    flat = CostCurve((1, 8), (1.0, 1.0))  # more nodes cost nothing: every node pays
+    flat = ForwardCost((1, 8), (1.0, 1.0))  # more nodes cost nothing: every node pays
     tree, kept = best_first(TOKENS, PARENTS, VALUES, flat, spent=0.0)
     assert kept == [0, 1, 3, 4, 2]  # by value; node 3 (0.8) after its parent (0.9)
     assert tree == TokenTree((10, 11, 13, 14, 12), (-1, 0, 1, 1, 0))
@@ -40,12 +40,12 @@ def test_the_best_first_tree_keeps_the_most_valued_nodes_with_their_parents() ->
 
 def test_the_best_first_tree_grows_only_while_it_pays() -> None:
     # each node costs a tenth of a forward: 0.9 and 0.8 pay, 0.1 and 0.05 do not
-    linear = CostCurve((1, 2), (1.0, 1.1))
+    linear = ForwardCost((1, 2), (1.0, 1.1))
     tree, kept = best_first(TOKENS, PARENTS, VALUES, linear, spent=0.0)
     assert kept == [0, 1, 3]
     assert tree == TokenTree((10, 11, 13), (-1, 0, 1))
     # time spent drafting counts: the same nodes are worth more when the step already cost more
-    steep = CostCurve((1, 2), (1.0, 2.5))
+    steep = ForwardCost((1, 2), (1.0, 2.5))
     assert best_first(TOKENS, PARENTS, VALUES, steep, spent=0.0)[1] == [0]
     assert best_first(TOKENS, PARENTS, VALUES, steep, spent=20.0)[1] == [0, 1, 3]
 
@@ -86,7 +86,7 @@ def smollm2() -> TransformersBackend:
 
 
 # a CPU-like cost curve (seconds) instead of measuring T(n): timing is not what these tests check
-CPU = CostCurve((1, 8, 32), (0.06, 0.1, 0.15))
+CPU = ForwardCost((1, 8, 32), (0.06, 0.1, 0.15))
 
 
 def reply(backend: TransformersBackend, messages: list[Message], params: SamplingParams, mode: Mode) -> ChatResult:

@@ -13,7 +13,7 @@ if not hasattr(transformers, "Lfm2Config"):
 from minions.backends.pytorch import (  # noqa: E402
     AttentionState,
     Chooser,
-    CostCurve,
+    ForwardCost,
     ReplayState,
     SpecConfig,
     Speculation,
@@ -23,7 +23,7 @@ from minions.backends.pytorch import (  # noqa: E402
 )
 
 VOCAB = 40
-FLAT = CostCurve((1, 8, 32), (1.0, 1.1, 1.4))
+FLAT = ForwardCost((1, 8, 32), (1.0, 1.1, 1.4))
 
 
 @pytest.fixture(scope="module")

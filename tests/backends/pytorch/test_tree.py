@@ -12,7 +12,7 @@ from minions.backends.pytorch import (  # noqa: E402
     Acceptance,
     Chooser,
     ContextIndex,
-    CostCurve,
+    ForwardCost,
     SpecConfig,
     Speculation,
     TokenTree,
@@ -161,7 +161,7 @@ def test_the_tree_shape_grows_only_while_it_pays() -> None:
     assert ranks[0] == 0 and max(ranks) == 1  # both continuations after "3 4" are drafted
     chain, _, _ = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=1)
     assert all(p == i - 1 for i, p in enumerate(chain.parents))
-    linear = CostCurve((1, 64), (1.0, 64.0))  # every token costs a full step: no draft pays
+    linear = ForwardCost((1, 64), (1.0, 64.0))  # every token costs a full step: no draft pays
     alone, _, _ = shape_tree(0, trie, sure, linear, max_nodes=32, width=4)
     assert alone.tokens == (0,)
 
