@@ -46,8 +46,8 @@ if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy 
 __all__ = [
     "INSTRUCTIONS",
     "JOB_SCHEMA",
+    "BaselineReply",
     "BenchConfig",
-    "Reply",
     "bench_jobs",
     "compare_replies",
     "engine_bench",
@@ -142,7 +142,7 @@ def bench_jobs(chunks: Sequence[str], config: BenchConfig) -> list[ChatRequest]:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class BaselineReply:
     """A reply of the one-at-a-time baseline."""
 
     text: str
@@ -152,7 +152,9 @@ class Reply:
     decode_s: float
 
 
-def one_at_a_time(model_path: str | os.PathLike[str], requests: Sequence[ChatRequest], *, n_ctx: int) -> list[Reply]:
+def one_at_a_time(
+    model_path: str | os.PathLike[str], requests: Sequence[ChatRequest], *, n_ctx: int
+) -> list[BaselineReply]:
     """Each job through ``Llama.create_chat_completion`` after ``reset()``, as the backend used to, greedy."""
     from .ffi import import_llama_cpp
 
@@ -184,12 +186,12 @@ def one_at_a_time(model_path: str | os.PathLike[str], requests: Sequence[ChatReq
         end = time.perf_counter()
         first = sampled[0][0] if sampled else end
         text = out["choices"][0]["message"]["content"] or ""
-        replies.append(Reply(text, [t for _, t in sampled], first - start, end - first))
+        replies.append(BaselineReply(text, [t for _, t in sampled], first - start, end - first))
     llm.close()
     return replies
 
 
-def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config: BenchConfig) -> list[Reply]:
+def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config: BenchConfig) -> list[BaselineReply]:
     """Each job alone through the engine: one sequence, no prefix sharing."""
     from .engine import Engine, EngineConfig
 
@@ -198,7 +200,7 @@ def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config
     replies = []
     for req in requests:
         r = engine.run([req], trace_tokens=True)[0]
-        replies.append(Reply(r.text, list(r.stats["token_ids"]), r.timings.prefill_s, r.timings.decode_s))
+        replies.append(BaselineReply(r.text, list(r.stats["token_ids"]), r.timings.prefill_s, r.timings.decode_s))
     engine.close()
     return replies
 
@@ -228,7 +230,9 @@ def divergence_report(
     }
 
 
-def compare_replies(engine: Engine, base: Sequence[Reply], batched: Sequence[ChatResult], eps: float) -> dict[str, Any]:
+def compare_replies(
+    engine: Engine, base: Sequence[BaselineReply], batched: Sequence[ChatResult], eps: float
+) -> dict[str, Any]:
     """Identical replies (``batched`` ran with ``trace_tokens``); for the others, the gap recomputed alone."""
     pairs = [(ref.tokens, list(got.stats["token_ids"])) for ref, got in zip(base, batched, strict=True)]
     return divergence_report(

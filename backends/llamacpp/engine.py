@@ -50,7 +50,7 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, EngineConfig, Job, Lane, OnResult, OnToken, Scheduler
+from .scheduler import BatchStats, EngineConfig, EngineSequence, Lane, OnResult, OnToken, Scheduler
 from .speculative.depth import CostTable, load_or_measure_cost_table
 from .speculative.drafters import Drafter, DraftModel
 from .speculative.speculator import Speculator, default_drafters
@@ -332,10 +332,10 @@ class Engine:
             self._long_lane = Lane(self.model, self.config, n_seqs=1, seq_ctx=self.config.n_ctx)
         return self._long_lane
 
-    def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> Job:
+    def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> EngineSequence:
         params = request.params
         prompt, prefix = marked_prompt(self.model, request.messages, request.prefix)
-        job = Job(index, prompt, params, params.seed if params.seed is not None else seed)
+        job = EngineSequence(index, prompt, params, params.seed if params.seed is not None else seed)
         job.prefix = prefix if prefix >= self.config.min_saved_prefix else 0
         n_ctx, n = self.config.n_ctx, len(job.prompt)
         if n >= n_ctx:

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -36,11 +36,12 @@ __all__ = [
     "UTF8_SLACK",
     "BatchStats",
     "EngineConfig",
-    "Job",
+    "EngineSequence",
     "Lane",
     "OnResult",
     "OnToken",
     "Scheduler",
+    "SequencePhase",
     "chunk_size",
     "reuse_cap",
 ]
@@ -143,17 +144,25 @@ class BatchStats:
         return {f: getattr(self, f) for f in self.__slots__}
 
 
+SequencePhase = Literal["queued", "waiting", "prefill", "decode", "done"]
+"""Where an ``EngineSequence`` is: queued -> (waiting for the job computing its shared prefix ->) prefill ->
+decode -> done."""
+
+
 @dataclass(eq=False)
-class Job:
+class EngineSequence:
+    """One job of a run as the engine holds it: its prompt, its llama.cpp sequence (``slot``) and what it emitted.
+    (A protocol's job is ``minions.protocols.jobs.Job``; this is the engine's.)"""
+
     index: int
     prompt: list[int]
     params: SamplingParams
     seed: int
     max_new: int = 0
-    state: str = "queued"  # queued -> (waiting ->) prefill -> decode -> done
+    state: SequencePhase = "queued"
     slot: Slot | None = None
     n_past: int = 0
-    source: Job | None = None
+    source: EngineSequence | None = None
     share_len: int = 0
     reused: int = 0
     computed: int = 0
@@ -166,7 +175,7 @@ class Job:
     sampled: list[int] = field(default_factory=list)
     logprobs: list[list[tuple[str, float]]] = field(default_factory=list)
     looping: int = 0
-    """The period of the loop the reply was cut in (``sampling.repeating``); 0 when it was not."""
+    """The period of the loop the reply was cut in (``minions.loops.repeating``); 0 when it was not."""
     pending: int | None = None
     redo: list[int] = field(default_factory=list)
     """Recurrent memory: confirmed tokens to compute again (before the pending one) after a rollback."""
@@ -237,8 +246,8 @@ class Scheduler:
         self.cancel = cancel
         self.trace = trace
         self.lane = lane
-        self.queue: deque[Job] = deque()
-        self.active: list[Job] = []
+        self.queue: deque[EngineSequence] = deque()
+        self.active: list[EngineSequence] = []
         self.times = {"prefill_s": 0.0, "decode_s": 0.0}
         self.sample_s = 0.0
         """Time in the samplers (a grammar's masking can take longer than the call): see ``_decode``."""
@@ -249,7 +258,7 @@ class Scheduler:
         self.started = time.perf_counter()
 
     # -- the loop ----------------------------------------------------------------------------------------
-    def execute(self, lane: Lane, jobs: list[Job]) -> Iterator[None]:
+    def execute(self, lane: Lane, jobs: list[EngineSequence]) -> Iterator[None]:
         """Run ``jobs`` on ``lane`` until all are done (or the run is cancelled), one step per iteration."""
         self.lane = lane
         if self.config.share_prefixes:
@@ -285,22 +294,22 @@ class Scheduler:
             else:
                 self._place(job)
 
-    def _choose_slot(self, job: Job, free: list[Slot]) -> Slot:
+    def _choose_slot(self, job: EngineSequence, free: list[Slot]) -> Slot:
         # the free sequence that already holds the most of this prompt; else the least recently used one, so
         # that fresher cached prompts stay
         return max(free, key=lambda s: (self._offered(s, job), -s.last_used))
 
-    def _offered(self, slot: Slot, job: Job) -> int:
+    def _offered(self, slot: Slot, job: EngineSequence) -> int:
         """How much of ``job``'s prompt ``slot`` can give it (on recurrent memory, all it holds or nothing)."""
         return self.lane.slots.offers(slot, self._reusable(slot.tokens, job))
 
-    def _reusable(self, tokens: Sequence[int], job: Job) -> int:
+    def _reusable(self, tokens: Sequence[int], job: EngineSequence) -> int:
         """How much of ``job``'s prompt it can take from ``tokens`` (a sequence's content, or another prompt)."""
         if not self.config.share_prefixes:
             return 0
         return reuse_cap(common_prefix(tokens, job.prompt), len(job.prompt), self.config.n_batch)
 
-    def _wait_target(self, job: Job) -> tuple[Job | None, int]:
+    def _wait_target(self, job: EngineSequence) -> tuple[EngineSequence | None, int]:
         """A job still prefilling a prompt that shares much more with ``job`` than any sequence holds now."""
         if not self.config.share_prefixes:
             return None, 0
@@ -314,7 +323,7 @@ class Scheduler:
                 best, best_n = other, n
         return best, best_n if best is not None else 0
 
-    def _will_hold(self, other: Job, n: int) -> bool:
+    def _will_hold(self, other: EngineSequence, n: int) -> bool:
         """Whether ``other``'s sequence will hold just its first ``n`` prompt tokens at some step: on attention
         memory always (a copy keeps any prefix); on recurrent memory when its prefill has yet to reach ``n`` by two
         tokens or more and goes two beyond (``_stop_at_shares`` ends a chunk there)."""
@@ -323,7 +332,7 @@ class Scheduler:
         start = other.share_len if other.state == "waiting" else other.n_past
         return start + 2 <= n and len(other.prompt) - n >= 2
 
-    def _place(self, job: Job) -> None:
+    def _place(self, job: EngineSequence) -> None:
         """Start ``job`` from the longest prefix any sequence holds (its own, free, or a copy of another's), or
         from its marked prefix's saved state when that is longer."""
         assert job.slot is not None
@@ -350,7 +359,7 @@ class Scheduler:
         job.save = cache is not None and n < job.prefix and job.prompt[: job.prefix] not in cache
         log.debug("job %d on seq %d reuses %d of %d prompt tokens", job.index, dst.seq, n, len(job.prompt))
 
-    def _restore(self, job: Job, have: int) -> bool:
+    def _restore(self, job: EngineSequence, have: int) -> bool:
         """Restore ``job``'s marked prefix from disk into its sequence, when it is saved and longer than the
         ``have`` tokens memory offers (and the rest of the prompt is computed as a whole prompt would be)."""
         assert job.slot is not None
@@ -374,7 +383,7 @@ class Scheduler:
             if job.state == "waiting" and src is not None and (src.n_past >= job.share_len or src.state == "done"):
                 self._place(job)
 
-    def _sampler(self, job: Job) -> SequenceSampler:
+    def _sampler(self, job: EngineSequence) -> SequenceSampler:
         schema = job.params.json_schema
         grammar = self.grammars.new_sampler(schema) if schema is not None else None
         return SequenceSampler(self.model, job.params, grammar, job.seed)
@@ -392,7 +401,7 @@ class Scheduler:
         if job is not None:
             self._prefill(job)
 
-    def _prefill(self, job: Job) -> None:
+    def _prefill(self, job: EngineSequence) -> None:
         assert job.slot is not None
         batch, start = self.lane.batch, time.perf_counter()
         k = self._stop_at_shares(job, chunk_size(len(job.prompt), job.n_past, batch.capacity, self.config.n_batch))
@@ -416,7 +425,7 @@ class Scheduler:
                 self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
         self.times["prefill_s"] += time.perf_counter() - start
 
-    def _stop_at_shares(self, job: Job, k: int) -> int:
+    def _stop_at_shares(self, job: EngineSequence, k: int) -> int:
         """On recurrent memory, end ``job``'s next prompt chunk of ``k`` tokens where a job waiting for it shares
         its prompt up to, so that its state can be copied there (it exists at the last position only)."""
         if not self.lane.slots.recurrent:
@@ -426,7 +435,7 @@ class Scheduler:
         end = next((e for e in ends if job.n_past + 2 <= e < job.n_past + k and len(job.prompt) - e >= 2), 0)
         return end - job.n_past if end else k
 
-    def _decode(self, jobs: list[Job]) -> None:
+    def _decode(self, jobs: list[EngineSequence]) -> None:
         """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
         logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
         start = time.perf_counter()
@@ -470,7 +479,7 @@ class Scheduler:
                     self.spec.observe_step(len(jobs), emitted, seconds, drafted=verified)
         self.times["decode_s"] += time.perf_counter() - start
 
-    def _drafts(self, jobs: list[Job]) -> list[Draft]:
+    def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
         assert self.spec is not None
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
         return self.spec.propose([
@@ -480,9 +489,9 @@ class Scheduler:
             for j in jobs
         ], carried=[1 + len(j.redo) for j in jobs])  # fmt: skip
 
-    def _verify(self, job: Job, draft: Draft, row: int) -> None:
-        """Emit the job's own sampler's tokens while they equal the draft (``rules.sample_compare``: lossless
-        for greedy and seeded sampling alike), then drop the cells of the rejected draft tokens."""
+    def _verify(self, job: EngineSequence, draft: Draft, row: int) -> None:
+        """Emit the job's own sampler's tokens while they equal the draft (``speculative.rules.sample_compare``:
+        lossless for greedy and seeded sampling alike), then drop the cells of the rejected draft tokens."""
         logits, seq = self.lane.ctx.logits, _seq_of(job)
         n_held = job.n_past - len(draft.tokens)  # the cells that hold confirmed tokens: up to the pending one
         accepted, emitted = sample_compare(draft.tokens, lambda i: self._sample(job, logits(row + i)),
@@ -495,7 +504,7 @@ class Scheduler:
             self._rollback(job, n_held + accepted)
         job.checkpoint = None
 
-    def _rollback(self, job: Job, n: int) -> None:
+    def _rollback(self, job: EngineSequence, n: int) -> None:
         """Keep the first ``n`` positions of the job's sequence. Attention cells just go. Recurrent memory goes back
         to its checkpoint from before the verify call, and the confirmed tokens of that call are computed again at
         the start of the job's next one (one call, not two: they only add tokens to a call that happens anyway)."""
@@ -514,7 +523,7 @@ class Scheduler:
         self.counts["rollbacks"] += 1
         self.counts["redo_tokens"] += len(job.redo)
 
-    def _call(self, plan: list[tuple[Job, list[int]]]) -> bool:
+    def _call(self, plan: list[tuple[EngineSequence, list[int]]]) -> bool:
         """One ``llama_decode`` of the batch (``plan``: each job and its tokens in it); the sequences' records
         follow. False when it failed: then its jobs failed, and the others go on untouched."""
         lane = self.lane
@@ -535,7 +544,7 @@ class Scheduler:
         return True
 
     # -- tokens and endings ------------------------------------------------------------------------------
-    def _sample(self, job: Job, logits: npt.NDArray[np.float32]) -> int:
+    def _sample(self, job: EngineSequence, logits: npt.NDArray[np.float32]) -> int:
         assert job.sampler is not None
         start = time.perf_counter()
         token = job.sampler.sample(logits)
@@ -545,7 +554,7 @@ class Scheduler:
             job.logprobs.append(top_logprobs(self.model, logits, job.params.logprobs))
         return token
 
-    def _emit(self, job: Job, token: int) -> bool:
+    def _emit(self, job: EngineSequence, token: int) -> bool:
         """The job's next token: True when the reply goes on (it is then the pending token), False when it
         ended (end of generation, a stop string, the length limit, a grammar dead end)."""
         job.pending = None
@@ -572,7 +581,7 @@ class Scheduler:
             return True
         return False
 
-    def _finish(self, job: Job, reason: FinishReason, error: BaseException | None = None) -> None:
+    def _finish(self, job: EngineSequence, reason: FinishReason, error: BaseException | None = None) -> None:
         now = time.perf_counter()
         if self.on_token is not None and reason != "error":
             rest = job.text.flush()
@@ -608,13 +617,13 @@ class Scheduler:
         if self.on_result is not None:
             self.on_result(job.index, job.result)
 
-    def fail(self, job: Job, error: BaseException) -> None:
+    def fail(self, job: EngineSequence, error: BaseException) -> None:
         log.warning("job %d failed on %s: %s", job.index, self.name, error)
         if job in self.queue:
             self.queue.remove(job)
         self._finish(job, "error", error)
 
-    def _count(self, job: Job, reason: FinishReason) -> None:
+    def _count(self, job: EngineSequence, reason: FinishReason) -> None:
         c = self.counts
         c["jobs"] += 1
         c["failed"] += reason == "error"
@@ -628,7 +637,7 @@ class Scheduler:
         if job.sampler is not None:
             c["full_grammar_passes"] += job.sampler.full_grammar_passes
 
-    def _release(self, job: Job, *, keep_prompt: bool) -> None:
+    def _release(self, job: EngineSequence, *, keep_prompt: bool) -> None:
         """Free the job's sequence. After a reply it keeps the prompt (a cached prefix for later jobs); after an
         error or a cancellation it keeps nothing."""
         job.state = "done"
@@ -679,7 +688,7 @@ def top_logprobs(model: LlamaModel, logits: npt.NDArray[np.float32], n: int) -> 
     return [(model.piece(int(t)).decode("utf-8", errors="replace"), float(logits[t]) - log_total) for t in top]
 
 
-def _seq_of(job: Job) -> int:
+def _seq_of(job: EngineSequence) -> int:
     assert job.slot is not None
     return job.slot.seq
 

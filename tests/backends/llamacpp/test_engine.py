@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from minions.backends.llamacpp import LlamaCppBackend
-from minions.backends.llamacpp.bench import Reply, compare_replies, one_at_a_time
+from minions.backends.llamacpp.bench import BaselineReply, compare_replies, one_at_a_time
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.quantize import default_local_model
 from minions.errors import ContextLengthError
@@ -60,7 +60,7 @@ def ask(question: str, *, schema: dict | None = None, max_tokens: int = 16, syst
                        SamplingParams(max_tokens=max_tokens, json_schema=schema))  # fmt: skip
 
 
-def assert_same_as_alone(engine: Engine, base: list[Reply], results: list[ChatResult]) -> None:
+def assert_same_as_alone(engine: Engine, base: list[BaselineReply], results: list[ChatResult]) -> None:
     report = compare_replies(engine, base, results, TIE_EPS)
     assert report["mismatches"] == 0, report
     for ref, got in zip(base, results, strict=True):
