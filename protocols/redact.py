@@ -41,6 +41,13 @@ _ROLE = r"(?:CEO|CFO|COO|CTO|Chair(?:man|woman)?|President|Director|Secretary|Tr
 _SAYS_BEFORE = r"(?i:said|says|told|wrote|asked|thanked|according\s+to|by)\s+"
 _DOES_AFTER = r"\s+(?:said|says|told|wrote|asked|called|signed|joined|resigned|reviewed|presented|agreed|noted)\b"
 
+_CUED = (
+    re.compile(rf"(?m)(?:^|\b)(?:{_LABEL}|{_ROLE},?\s+|{_SAYS_BEFORE}){_PERSON}\b"),
+    re.compile(rf"\b{_PERSON},\s+(?:our|the|its|[A-Z]\w+'s|the\s+company's)\s+(?:\w+\s+){{0,3}}?{_ROLE}"),
+    re.compile(rf"\b{_PERSON}{_DOES_AFTER}"),
+)
+"""Names without a title, by the words around them; what they match is trimmed of words never a person's."""
+
 # Order matters: the most specific patterns run first so that, e.g., an IBAN is not read as a phone number.
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("EMAIL", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
@@ -63,9 +70,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     ("ID", re.compile(r"\b\d{9,}\b")),
     ("NAME", re.compile(rf"\b{_TITLES}\.?\s+((?:{_CAP})(?:\s+{_CAP}){{0,2}})")),
-    ("NAME", re.compile(rf"(?m)(?:^|\b)(?:{_LABEL}|{_ROLE},?\s+|{_SAYS_BEFORE}){_PERSON}\b")),
-    ("NAME", re.compile(rf"\b{_PERSON},\s+(?:our|the|its|[A-Z]\w+'s|the\s+company's)\s+(?:\w+\s+){{0,3}}?{_ROLE}")),
-    ("NAME", re.compile(rf"\b{_PERSON}{_DOES_AFTER}")),
+    *(("NAME", cued) for cued in _CUED),
 )
 
 
@@ -104,12 +109,12 @@ class Redactor:
             # Rules with a group redact the group only (keep "Account number:" and the title word).
             start, end = m.span(1) if m.re.groups else m.span(0)
             value = m.string[start:end]
-            if kind == "NAME" and not m.re.pattern.startswith(r"\b" + _TITLES):
-                value = _trim_name(value)
-                if value is None:  # words that look like a name and are not one ("North America")
+            if pattern in _CUED:
+                trimmed = _trim_name(value)
+                if trimmed is None:  # words that look like a name and are not one ("North America")
                     return m.group(0)
-                start = m.string.index(value, start)
-                end = start + len(value)
+                start = m.string.index(trimmed, start)
+                value, end = trimmed, start + len(trimmed)
             if kind == "NAME":
                 self._names.add(value)
             token = self._placeholder(kind, value)
