@@ -40,7 +40,7 @@ def import_llama_cpp() -> Any:
     except ImportError as exc:
         raise ConfigError(
             "llama-cpp-python is not installed: run `make setup` (it builds llama.cpp with the right CPU flags), "
-            "or see README.md, 'Install'."
+            "or see docs/install.md."
         ) from exc
     _route_llama_log(llama_cpp)
     return llama_cpp

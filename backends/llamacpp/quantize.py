@@ -1,7 +1,7 @@
 """Converted copies of the default model, cached in the user's cache directory.
 
 SmolLM2 ships as Q4_1. On x86 CPUs llama.cpp repacks Q4_0 weights into its fastest kernels, so a Q4_0 copy
-prefills markedly faster (measured numbers are in README.md, "Local model"). ``llama_model_quantize``
+prefills markedly faster (measured numbers are in docs/local-models.md). ``llama_model_quantize``
 converts the 100 MB file in about a second; the copy is made once and reused.
 """
 
@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_QUANTIZATION", "QUANT_TYPES", "default_local_model", "quanti
 
 log = logging.getLogger(__name__)
 
-# Chosen from the measurements in README.md ("Local model").
+# Chosen from the measurements in docs/local-models.md.
 DEFAULT_QUANTIZATION = "Q4_0"
 
 # llama.cpp's LLAMA_FTYPE_MOSTLY_* values.

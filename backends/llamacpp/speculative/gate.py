@@ -20,9 +20,9 @@ So the engine also measures what it gets, step by step, for each batch size clas
   thread of the call descheduled by another process) weighs 1 in ``min_steps`` of a trial.
 
 While speculating, one step in ``probe_every`` is plain, to keep ``u_plain`` current. When the gain of at least
-``min_steps`` speculative steps is under 1, the engine decodes plainly (no drafting at all) for ``backoff``
+``min_steps`` speculative steps is under 1, the engine decodes plainly (no drafting at all) for ``backoff_steps``
 steps, doubled after every loss in a row, then tries again with fresh measurements; a win resets the back-off.
-So speculation that loses costs a few steps in every ``backoff``, not the run.
+So speculation that loses costs a few steps in every back-off (at most ``max_backoff``), not the run.
 """
 
 from __future__ import annotations
