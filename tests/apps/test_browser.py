@@ -12,6 +12,7 @@ import pytest
 from minions.backends.scripted import ScriptedBackend
 from minions.types import Message, SamplingParams
 
+from ..conftest import BENCHMARK_DATA
 from .conftest import AppFactory, LiveServer
 from .helpers import ANSWER, QUOTE, local_reply, make_pdf, report_pages, scripted_models
 
@@ -169,3 +170,51 @@ def test_a_newcomers_first_question_on_the_real_model_gets_the_sentence_and_its_
         assert "nothing left this device" in answer.text.lower() or not css(answer, ".egress pre")
         browser.save_screenshot(str(tmp_path / "first-question.png"))
         (Path("/tmp") / "minions-first-question.png").write_bytes((tmp_path / "first-question.png").read_bytes())
+
+
+FILINGS = BENCHMARK_DATA / "financebench" / "pdfs"
+SMALL_FILINGS = (
+    "FOOTLOCKER_2022_8K_dated-2022-05-20.pdf",
+    "PEPSICO_2023_8K_dated-2023-05-05.pdf",
+    "AMCOR_2022_8K_dated-2022-07-01.pdf",
+    "AMCOR_2023Q4_EARNINGS.pdf",
+    "ULTABEAUTY_2023Q4_EARNINGS.pdf",
+)
+
+
+def test_a_folder_of_filings_is_added_file_by_file_and_a_question_finds_its_filing(
+    browser: Any, make_app: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of real FinanceBench PDFs and one broken file, added through the folder form on default settings
+    (the embedded SmolLM2, no remote): each file listed, the broken one with its reason, and a question that
+    names one company answered from that company's filing."""
+    import shutil
+
+    from minions.backends.llamacpp import LlamaCppBackend
+
+    if not FILINGS.is_dir():
+        pytest.skip(f"needs the FinanceBench filings in {FILINGS}")
+    folder = tmp_path / "filings"
+    folder.mkdir()
+    for name in SMALL_FILINGS:
+        shutil.copy(FILINGS / name, folder / name)
+    (folder / "scan.pdf").write_bytes(b"%PDF-1.4\n%%EOF\n")  # a PDF header and nothing in it
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    with LiveServer(make_app(LlamaCppBackend(n_ctx=4096), None)) as server:
+        open_page(browser, server.url + "/")
+        css(browser, "#folder-path")[0].send_keys(str(folder))
+        css(browser, "#folder-form button")[0].click()
+        status = wait(browser, lambda d: [e for e in css(d, "#library-status") if "Added" in e.text], timeout=120)[0]
+        assert "scan.pdf" in status.text and "Not added" in status.text
+        docs = wait(browser, lambda d: len(css(d, "#doc-list .doc")) == len(SMALL_FILINGS) and css(d, "#doc-list .doc"))
+        assert all("indexed" in d.text for d in docs)
+        css(browser, "#question")[0].send_keys(
+            "What was Ulta Beauty's net income in the fourth quarter of fiscal 2022?"
+        )
+        css(browser, "#ask")[0].click()
+        answer = wait(browser, lambda d: css(d, '.msg.assistant[data-status="ok"]'), timeout=300)[0]
+        text = css(answer, ".answer-text")[0].text
+        assert "ULTABEAUTY_2023Q4_EARNINGS.pdf" in text and "$340.8 Million" in text
+        assert "from ULTABEAUTY_2023Q4_EARNINGS.pdf" in answer.text and "of 5 documents" in answer.text
+        browser.save_screenshot(str(tmp_path / "library.png"))
+        (Path("/tmp") / "minions-library.png").write_bytes((tmp_path / "library.png").read_bytes())
