@@ -96,6 +96,7 @@ def cmd_eval_run(args: argparse.Namespace, resolve_models: ResolveModels) -> int
         "limit": args.limit,
         "retry_errors": args.retry_errors,
         "on_record": None if args.quiet else _progress,
+        "library": args.library,
     }
     # Unset flags leave run_eval's own defaults in force: they live in one place.
     kwargs.update({k: v for k, v in (("seed", args.seed), ("concurrency", args.concurrency)) if v is not None})
@@ -167,6 +168,11 @@ def add_eval_parser(sub: Any, add_model_options: AddModelOptions, resolve_models
     )
     run.add_argument("--judge", metavar="MODEL", help="grade free-text answers with this model (provider/model)")
     run.add_argument("--retry-errors", action="store_true", help="run again the items recorded with an error")
+    run.add_argument(
+        "--library",
+        metavar="DIR",
+        help="put every document of the dataset in one library in DIR (built once) and ask each item of all of them",
+    )
     run.add_argument("--quiet", action="store_true", help="no line per item on stderr")
     add_model_options(run)
     run.set_defaults(func=lambda args: cmd_eval_run(args, resolve_models))

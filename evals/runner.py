@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.errors import BackendError
 from minions.protocols import BaseProtocol, RunResult, get_protocol
+from minions.protocols.library import Library
 
 from .errors import EvalError
 from .evidence import evidence_scores
@@ -109,17 +110,32 @@ def _base_record(item: EvalItem, config: EvalConfig) -> dict[str, Any]:
     }
 
 
-def run_item(item: EvalItem, protocol: BaseProtocol, config: EvalConfig, judge: Judge | None = None) -> dict[str, Any]:
-    """Run one item and return its results line (never raises for the item's own failures).
+def run_item(
+    item: EvalItem,
+    protocol: BaseProtocol,
+    config: EvalConfig,
+    judge: Judge | None = None,
+    library: Library | None = None,
+) -> dict[str, Any]:
+    """Run one item and return its results line (never raises for the item's own failures). With ``library``,
+    the item is asked of every document in it (its search routes and ranks: ``protocols.library``), not of its
+    own documents.
 
-    Timings: ``load_s`` reads the documents (a filing's first PDF extraction), ``wall_s`` runs the protocol.
+    Timings: ``load_s`` reads the documents (a filing's first PDF extraction; with a library, its search),
+    ``wall_s`` runs the protocol.
     """
     record = _base_record(item, config)
     started = time.perf_counter()
     try:
-        documents = item.documents()
+        ranking = None
+        if library is not None:
+            found = library.search(item.task)
+            depth = max(protocol.options.read_chunks, protocol.options.top_k)
+            documents, ranking = [library.document(n) for n in found.documents(depth)], found.ranking
+        else:
+            documents = item.documents()
         loaded = time.perf_counter()
-        result = protocol.run(item.task, documents)
+        result = protocol.run(item.task, documents, ranking=ranking)
     # An item that fails is recorded and the run goes on: one bad item must not cost the hours spent on the
     # others. A model's failure is expected now and then; anything else is a bug, kept with its traceback.
     except BackendError as exc:
@@ -204,6 +220,18 @@ def make_config(
     )
 
 
+def dataset_library(dataset: Dataset, path: str | Path) -> Library:
+    """A library at ``path`` holding every document of ``dataset``'s items (those there already are kept)."""
+    library = Library(path)
+    seen = {d.name for d in library.documents}
+    for item in dataset.items:
+        docs = [d for d in item.documents() if d.name not in seen]
+        seen |= {d.name for d in docs}
+        library.add(*docs)
+    log.info("%s: a library of %d documents at %s", dataset.name, len(seen), path)
+    return library
+
+
 def run_eval(
     dataset: Dataset,
     protocol: str,
@@ -220,8 +248,11 @@ def run_eval(
     concurrency: int = 1,
     retry_errors: bool = False,
     on_record: OnRecord | None = None,
+    library: str | Path | None = None,
 ) -> RunSummary:
-    """Run ``protocol`` over the selected items of ``dataset``, appending to (and resuming) ``out``.
+    """Run ``protocol`` over the selected items of ``dataset``, appending to (and resuming) ``out``. ``library``:
+    a folder where every document of the dataset goes into one library (built once, reused), and each item is
+    asked of all of them (FinanceBench's shared store); it is part of the results' configuration.
 
     Raises ResultsFileError when ``out`` holds another configuration's results.
     """
@@ -233,6 +264,9 @@ def run_eval(
     the_judge = Judge(resolve(judge)) if judge is not None else None
     runner = get_protocol(protocol, local_backend, remote_backend, **options)
     config = make_config(dataset, runner.name, local_backend, remote_backend, options, the_judge)
+    shared = dataset_library(dataset, library) if library is not None else None
+    if shared is not None:
+        config = replace(config, dataset_options={**config.dataset_options, "library": True})
     selected = select_items(dataset.items, ids=ids, sample=sample, seed=seed, limit=limit)
     with ResultsFile(out, config) as results:
         done = results.finished(retry_errors=retry_errors)
@@ -245,7 +279,7 @@ def run_eval(
             len(selected) - len(pending),
             out,
         )
-        ran, failed, harness = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record)
+        ran, failed, harness = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record, shared)
         latest = results.latest()
     scores = [latest[i.id]["score"] for i in selected if i.id in latest]
     return RunSummary(
@@ -268,6 +302,7 @@ def _run_pending(
     results: ResultsFile,
     concurrency: int,
     on_record: OnRecord | None,
+    library: Library | None = None,
 ) -> tuple[int, int, int]:
     """Run the items, writing each line as it finishes; (items run, items failed, harness errors among them)."""
     ran = failed = harness = 0
@@ -283,11 +318,11 @@ def _run_pending(
 
     if concurrency == 1:  # in this thread: Ctrl-C stops at once, and the finished lines are on disk
         for item in pending:
-            write(run_item(item, protocol, config, judge))
+            write(run_item(item, protocol, config, judge, library))
         return ran, failed, harness
     # Lines are written here, in the order items finish (a resumed run reads them by id, in any order).
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="minions-eval")
-    futures = [pool.submit(run_item, item, protocol, config, judge) for item in pending]
+    futures = [pool.submit(run_item, item, protocol, config, judge, library) for item in pending]
     written: set[Future[dict[str, Any]]] = set()
     try:
         for future in as_completed(futures):

@@ -144,7 +144,7 @@ class Stub:
     def __init__(self, outcome: RunResult | Exception) -> None:
         self.outcome = outcome
 
-    def run(self, task: str, documents: list[Document]) -> RunResult:
+    def run(self, task: str, documents: list[Document], ranking: object = None) -> RunResult:
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
@@ -284,3 +284,37 @@ def test_ctrl_c_in_a_concurrent_run_keeps_the_running_items_and_resume_runs_the_
     summary = run_eval(longhealth, "remote", local, remote, out, concurrency=2)
     assert (summary.already_done, summary.ran) == (len(written), len(longhealth.items) - len(written))
     assert sorted(r["item_id"] for r in lines(out)) == sorted(i.id for i in longhealth)
+
+
+def test_library_mode_asks_every_item_of_all_the_datasets_documents(tmp_path) -> None:
+    """``--library``: the documents of every item in one library, each question routed among all of them to the
+    one that names its company; the results say the run was a library run."""
+    cover = "FORM 10-K\nFor the fiscal year ended December 31, 2022\n{}\n(Exact name of registrant)\n\n"
+    filler = "The company sells goods in many markets through many channels every year. " * 40
+    names = ("alder", "birch", "cedar", "dogwood")
+    docs = {
+        n: Document.from_text(cover.format(n.upper() + " CORP") + filler + f" Revenue was ${i} million.", f"{n}.txt")
+        for i, n in enumerate(names, start=1)
+    }
+    items = [EvalItem(n, f"What was {n.title()}'s revenue?", (f"${i} million",), "numeric", eager(docs[n]))
+             for i, n in enumerate(names, start=1)]  # fmt: skip
+    asked: list[str] = []
+
+    def local_reply(messages: list[Message], params: SamplingParams) -> str:
+        asked.append(messages[-1].content)
+        for alternative in (params.json_schema or {}).get("anyOf", []):
+            quote = alternative["properties"]["quote"]["const"]
+            if "Revenue was" in quote:
+                return json.dumps({"quote": quote, "answer": quote.split(" was ")[1].rstrip(".")})
+        return json.dumps({"quote": "none", "answer": None})
+
+    out = tmp_path / "library.jsonl"
+    local = ScriptedBackend("scripted/local", responder=local_reply)
+    options = {"read_chunks": 2}
+    run_eval(Dataset("toy", str(tmp_path), tuple(items)), "local", local, None, out, library=tmp_path / "lib",
+             protocol_options=options)  # fmt: skip
+    records = lines(out)
+    assert all(r["config"]["dataset_options"]["library"] for r in records)
+    assert [r["score"] for r in records] == [1.0, 1.0, 1.0, 1.0]
+    assert all(r["prediction"].startswith(f"${i} million") for i, r in enumerate(records, start=1))
+    assert len(asked) == 8  # two chunks read per question: the routed document's best two
