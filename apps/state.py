@@ -134,7 +134,7 @@ def status_for(exc: BaseException) -> int:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Every error the app answers with, ours or the framework's (an unknown route, a wrong method, a body that
-    does not parse) or an unexpected one (a 500, logged), in OpenAI's shape."""
+    does not parse) or an unexpected one (a 500, logged in one line), in OpenAI's shape."""
 
     def reply(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> JSONResponse:
         return JSONResponse(body, status, headers=headers)
@@ -162,16 +162,40 @@ def install_error_handlers(app: FastAPI) -> None:
         body = error_body(message, type=error_type(status), code=HTTP_CODES.get(status))
         return reply(status, body, dict(exc.headers or {}))
 
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        message = f"The server failed on this request ({type(exc).__name__}); its log has the details."
-        return reply(500, error_body(message, type="server_error", code="internal_error"))
-
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(MinionsError, minions_error)
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    app.add_middleware(_Unexpected)  # the first added runs innermost: inside the guard and the body's limits
+
+
+class _Unexpected:
+    """The last resort: an exception no handler took is a 500 in OpenAI's shape, logged in one line (the traceback
+    at debug level, ``--debug``), not a traceback on the server's console. A response already under way (a
+    stream) can only be cut short."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if scope["type"] != "http":
+                raise
+            log.error("%s %s failed: %s: %s", scope["method"], scope["path"], type(exc).__name__, exc)
+            log.debug("the traceback", exc_info=exc)
+            if not started:
+                message = f"The server failed on this request ({type(exc).__name__}); its log has the details."
+                body = error_body(message, type="server_error", code="internal_error")
+                await JSONResponse(body, 500)(scope, receive, send)
 
 
 _HTTP_MESSAGES = {

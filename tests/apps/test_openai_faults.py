@@ -4,6 +4,7 @@ OpenAI's error shape, within a bound, and the server still answers afterwards.""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterator
@@ -217,7 +218,9 @@ def test_text_that_is_not_valid_unicode_is_replaced_and_said(make_local_app: App
         assert extra["citations"][0]["text"] == FACT
 
 
-def test_an_unexpected_failure_is_a_500_in_openais_shape(make_app: AppFactory) -> None:
+def test_an_unexpected_failure_is_a_500_in_openais_shape(
+    make_app: AppFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     app = make_app()
 
     def broken() -> list[Any]:
@@ -230,6 +233,10 @@ def test_an_unexpected_failure_is_a_500_in_openais_shape(make_app: AppFactory) -
         error = assert_openai_error(response, 500)
         assert error["code"] == "internal_error" and "RuntimeError" in error["message"]
         assert "disk on fire" not in error["message"]  # the log has it, not the client
+    # one line in the server's log, no traceback on its console
+    failed = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in failed] == ["POST /v1/chat/completions failed: RuntimeError: disk on fire"]
+    assert not any(r.exc_info for r in failed)
 
 
 def test_an_uploads_errors_name_the_upload_not_the_servers_copy(server: LiveServer) -> None:
