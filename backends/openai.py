@@ -7,7 +7,7 @@ jitter, and translate the SDK's errors into the minions tree at this boundary.
 
 The SDK hands us the raw response and we read it ourselves: a server (or a proxy in front of it) may answer
 HTTP 200 with an HTML page, JSON cut off mid-way or a completion without choices, and the reply is validated
-(``wire.Reply``, ``wire.Chunk``) before anything reads it. What fails is a ``MalformedResponseError`` that
+(``wire.Completion``, ``wire.Delta``) before anything reads it. What fails is a ``MalformedResponseError`` that
 names the server and shows what came back, retried like any transient failure.
 
 Time is bounded by ``timeout`` (``MINIONS_REMOTE_TIMEOUT``, default ``DEFAULT_TIMEOUT_S``): no byte for that
@@ -60,7 +60,7 @@ from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, a
 
 from .address import on_this_device
 from .base import AskingBackend, Capabilities, MessagesLike
-from .wire import SHOWN_BYTES, Chunk, Reply, first_error, glimpse, logprob_steps, sse_data
+from .wire import SHOWN_BYTES, Completion, Delta, first_error, glimpse, logprob_steps, sse_data
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -181,9 +181,9 @@ def _malformed(response: _Response, body: bytes, why: str) -> openai.APIResponse
     return openai.APIResponseValidationError(response.http_response, head, message=message)
 
 
-def _parse_reply(response: _Response, body: bytes) -> Reply:
+def _parse_reply(response: _Response, body: bytes) -> Completion:
     try:
-        return Reply.model_validate_json(body)
+        return Completion.model_validate_json(body)
     except ValidationError as exc:
         raise _malformed(response, body, first_error(exc)) from exc
 
@@ -569,7 +569,7 @@ class OpenAIBackend(AskingBackend):
                 }
         return kwargs
 
-    def _result(self, reply: Reply, messages: list[Message], seconds: float, attempts: int) -> ChatResult:
+    def _result(self, reply: Completion, messages: list[Message], seconds: float, attempts: int) -> ChatResult:
         choice = reply.choices[0]
         text = choice.message.content or ""
         stats: dict[str, Any] = {"attempts": attempts}
@@ -597,7 +597,7 @@ class OpenAIBackend(AskingBackend):
 
     # -- one attempt: send, read within the timeout, validate -------------------------------------------
 
-    def _post(self, request: dict[str, Any], timeout: float | None = None) -> Reply:
+    def _post(self, request: dict[str, Any], timeout: float | None = None) -> Completion:
         seconds = timeout or self.timeout
         deadline = time.monotonic() + seconds
         create = self._sync_client().chat.completions.with_streaming_response.create
@@ -608,7 +608,7 @@ class OpenAIBackend(AskingBackend):
                 _check_deadline(response, deadline)
         return _parse_reply(response, bytes(body))
 
-    async def _apost(self, request: dict[str, Any]) -> Reply:
+    async def _apost(self, request: dict[str, Any]) -> Completion:
         deadline = time.monotonic() + self.timeout
         async with self._async_client().chat.completions.with_streaming_response.create(**request) as response:
             body = bytearray()
@@ -640,7 +640,7 @@ class OpenAIBackend(AskingBackend):
             if data == "[DONE]":
                 return
             try:
-                chunk = Chunk.model_validate_json(data)
+                chunk = Delta.model_validate_json(data)
             except ValidationError as exc:
                 raise _malformed(response, data.encode(), first_error(exc)) from exc
             if chunk.error is not None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["SHOWN_BYTES", "Chunk", "Logprobs", "Reply", "first_error", "glimpse", "logprob_steps", "sse_data"]
+__all__ = ["SHOWN_BYTES", "Completion", "Delta", "Logprobs", "first_error", "glimpse", "logprob_steps", "sse_data"]
 
 SHOWN_BYTES = 80
 """How much of a malformed reply an error message shows."""
@@ -110,26 +110,26 @@ class _Usage(_Wire):
     prompt_tokens_details: _TokenDetails | None = None
 
 
-class Reply(_Wire):
+class Completion(_Wire):
     """A chat completion."""
 
     choices: list[_Choice] = Field(min_length=1)
     usage: _Usage | None = None
 
 
-class _Delta(_Wire):
+class _DeltaContent(_Wire):
     content: str | None = None
 
 
-class _ChunkChoice(_Wire):
-    delta: _Delta = Field(default_factory=_Delta)
+class _DeltaChoice(_Wire):
+    delta: _DeltaContent = Field(default_factory=_DeltaContent)
     finish_reason: str | None = None
     logprobs: Logprobs | None = None
 
 
-class Chunk(_Wire):
+class Delta(_Wire):
     """One event of a streamed completion (the last may carry only usage, and no choices)."""
 
-    choices: list[_ChunkChoice] = []
+    choices: list[_DeltaChoice] = []
     error: Any = None
     """Some servers report a failure mid-stream as an event with an ``error`` instead of choices."""
