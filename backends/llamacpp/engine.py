@@ -161,7 +161,7 @@ class Engine:
         engines take turns on the cores from one thread. Closing it early ends the run's jobs."""
         if speculate and self.speculator is None:
             raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
-        spec = self.speculator if speculate is None or speculate else None
+        speculator = self.speculator if speculate is None or speculate else None
         run = Scheduler(
             self.model,
             self.config,
@@ -172,7 +172,7 @@ class Engine:
             on_result,
             cancel,
             trace_tokens,
-            speculator=spec,
+            speculator=speculator,
             max_active=max_active,
             prefixes=self.prefixes,
         )
@@ -187,8 +187,8 @@ class Engine:
             run.abandon()  # a callback raised, an interrupt, the steps closed early: free what the jobs held
             raise
         finally:
-            if spec is not None:
-                spec.save()
+            if speculator is not None:
+                speculator.save()
         stats = run.stats()
         for key in ("decode_calls", "prefill_computed", "prefill_reused", "prefill_restored", "decode_tokens"):
             self._totals[key] += getattr(stats, key)

@@ -238,7 +238,7 @@ class Scheduler:
         self.config = config
         self.grammars = grammars
         self.name = name
-        self.spec = speculator
+        self.speculator = speculator
         self.prefixes = prefixes if config.share_prefixes else None
         self.max_active = max_active or config.max_seqs
         self.on_token = on_token
@@ -284,8 +284,8 @@ class Scheduler:
             job.slot.job = job
             job.t_admit = time.perf_counter()
             job.sampler = self._sampler(job)
-            if self.spec is not None:
-                self.spec.start(job.slot.seq, job.params.json_schema)
+            if self.speculator is not None:
+                self.speculator.start(job.slot.seq, job.params.json_schema)
             self.active.append(job)
             self.counts["peak_seqs"] = max(self.counts["peak_seqs"], len(self.active))
             source, n = self._wait_target(job)
@@ -439,7 +439,8 @@ class Scheduler:
         """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
         logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
         start = time.perf_counter()
-        drafting = self.spec is not None and self.spec.drafting(len(jobs))  # its speed gate may make this plain
+        # the speculator's speed gate may make this step plain
+        drafting = self.speculator is not None and self.speculator.drafting(len(jobs))
         drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
         batch = self.lane.batch
         batch.clear()
@@ -457,14 +458,14 @@ class Scheduler:
             self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
         called = time.perf_counter()
         if self._call(plan):
-            if self.spec is not None:
-                self.spec.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
+            if self.speculator is not None:
+                self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += batch.n
             before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
-            if self.spec is not None:
+            if self.speculator is not None:
                 # The whole step, drafting, verifying and rolling back included, but not the sampling: a step
                 # samples once per emitted token whether it speculated or not (a verify stops at the first
                 # mismatch), and a grammar's masking, slow inside JSON's punctuation and fast inside a quoted
@@ -476,13 +477,13 @@ class Scheduler:
                 if verified or not drafting:
                     emitted = sum(job.drafts.emitted for job in jobs) - before
                     seconds = time.perf_counter() - start - (self.sample_s - sampling)
-                    self.spec.observe_step(len(jobs), emitted, seconds, drafted=verified)
+                    self.speculator.observe_step(len(jobs), emitted, seconds, drafted=verified)
         self.times["decode_s"] += time.perf_counter() - start
 
     def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
-        assert self.spec is not None
+        assert self.speculator is not None
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
-        return self.spec.propose([
+        return self.speculator.propose([
             (_seq_of(j), [*j.prompt, *j.generated],
              min(share - len(j.redo), self.lane.slots.capacity - j.n_past - len(j.redo) - 1,
                  j.max_new - len(j.generated)))
@@ -497,8 +498,8 @@ class Scheduler:
         accepted, emitted = sample_compare(draft.tokens, lambda i: self._sample(job, logits(row + i)),
                                            lambda token: self._emit(job, token))  # fmt: skip
         job.drafts.record(draft, accepted, len(emitted))
-        if self.spec is not None:
-            self.spec.learn(seq, draft, emitted, ended=job.state != "decode")
+        if self.speculator is not None:
+            self.speculator.learn(seq, draft, emitted, ended=job.state != "decode")
         if job.state == "decode" and accepted < len(draft.tokens):
             assert job.slot is not None
             self._rollback(job, n_held + accepted)
@@ -647,8 +648,10 @@ class Scheduler:
         if slot is None:
             return
         self._resolve_waits()  # jobs waiting for this one copy what it has first
-        if self.spec is not None:  # drafters learn from a reply, not from an error or a cancelled one
-            self.spec.finish(slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt))
+        if self.speculator is not None:  # drafters learn from a reply, not from an error or a cancelled one
+            self.speculator.finish(
+                slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt)
+            )
         slots = self.lane.slots
         slots.keep(slot, len(job.prompt) if keep_prompt and self.config.share_prefixes else 0)
         slots.touch(slot)
