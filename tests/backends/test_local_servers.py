@@ -3,15 +3,18 @@
 a fleet of two, against the embedded engine on the same machine and the same question. A server started without
 log-probabilities (``--logits_all False``) takes the schema path, and no job fails.
 
-The wall times of the three are printed (``pytest -s``); the machine's load decides them, so no test asserts
-them.
+The wall times of the three are printed (``pytest -s``), the embedded engine's without prompt states saved by an
+earlier run (it saves each chunk's, and a second run over the same document computes less); the machine's load
+decides them, so no test asserts them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +31,14 @@ ASK_TIMEOUT_S = 600
 
 
 def ask(local: str) -> tuple[dict[str, Any], float]:
-    """``minions ask DEMO QUESTION --local LOCAL --json`` in a process of its own: its result and its wall time."""
+    """``minions ask DEMO QUESTION --local LOCAL --json`` in a process of its own: its result and its wall time.
+    The embedded engine starts with no saved prompt states (a folder of its own), as a server starts with none."""
     command = [sys.executable, "-m", "minions.cli", "ask", str(DEMO), QUESTION, "--local", local, "--json"]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=ASK_TIMEOUT_S, cwd=ROOT)
-    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="minions-kv-") as kv:
+        start = time.perf_counter()
+        env = {**os.environ, "MINIONS_KV_CACHE_DIR": kv}
+        done = subprocess.run(command, capture_output=True, text=True, timeout=ASK_TIMEOUT_S, cwd=ROOT, env=env)
+        seconds = time.perf_counter() - start
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(done.stdout), seconds
 
