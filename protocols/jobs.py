@@ -33,9 +33,10 @@ from .prompts import render
 from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote_schema
 from .ranking import fused_order
 from .result import JobRecord
+from .retrieval import tokenize
 from .schemas import JobOutput
 
-__all__ = ["Job", "job_messages", "job_request", "looping", "run_jobs", "scores_sentences"]
+__all__ = ["Job", "job_messages", "job_request", "looping", "pick_sentence", "run_jobs", "scores_sentences"]
 
 log = logging.getLogger(__name__)
 
@@ -234,11 +235,23 @@ def _scored(job: Job, result: ChatResult) -> Outcome:
     logprobs, floor = read
     options = job.options[:SENTENCES_SCORED]
     scores = [logprobs.get(label_of.get((s.start, s.end), ""), floor) for s in options]
-    best = fused_order(scores, weight=SENTENCE_MODEL_WEIGHT)[0][0] if scores else None
+    best = pick_sentence(options, scores, job.instruction) if scores else None
     quote = options[best].text if best is not None else None
     reply = {"quote": quote or NONE, "sentence_logprobs": scores}
     scored = ChatResult(json.dumps(reply), result.usage, "stop", result.timings, result.model, stats=reply)
     return scored, JobOutput(answer=quote, citation=quote), None
+
+
+def pick_sentence(options: Sequence[Span], model_scores: Sequence[float], question: str) -> int:
+    """The index of the option to quote. ``options`` come best first by words; the model's scores (one per
+    option) re-order those that share a word with the question, fused with their order by words
+    (``fused_order``, ``SENTENCE_MODEL_WEIGHT`` on the model's term), and never lift one that shares no word over
+    one that does: a model that favours early labels must not quote a sentence unrelated to the question. When
+    no option shares a word, the fusion weighs them all."""
+    terms = set(tokenize(question))
+    pool = [i for i, s in enumerate(options) if terms & set(tokenize(s.text))] or list(range(len(options)))
+    best, _ = fused_order([model_scores[i] for i in pool], weight=SENTENCE_MODEL_WEIGHT)[0]
+    return pool[best]
 
 
 def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Outcome]:

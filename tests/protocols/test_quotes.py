@@ -104,3 +104,34 @@ def test_a_markdown_heading_alone_is_no_candidate_but_one_joined_to_its_sentence
     found = candidates(chunk(text), "What was total revenue in 2025?", k=8)
     assert found and not any(c.text.startswith("# Northwind") for c in found)
     assert any(c.text.startswith("## Financial Highlights Total revenue") for c in found)
+
+
+REVENUE = "Revenue for the year was $12.4 million."
+
+
+def best_by_words_first(text: str, question: str) -> list:
+    options = candidates(chunk(text), question)
+    assert options[0].text == REVENUE
+    return options
+
+
+def test_the_model_reorders_sentences_that_match_the_question_but_never_lifts_one_that_matches_none():
+    from minions.protocols.jobs import SENTENCE_MODEL_WEIGHT, pick_sentence
+    from minions.protocols.ranking import fused_order
+
+    others = "The board met four times. Our offices moved in March. Staff numbers were stable at forty."
+    options = best_by_words_first(f"{REVENUE} {others}", "What was the revenue?")
+    # a model that favours another label most and the matching sentence least: the match is still quoted,
+    # where the plain fusion of ranks quoted the unrelated sentence the model favoured
+    scores = [-9.0, -0.1, -0.2, -0.3]
+    assert pick_sentence(options, scores, "What was the revenue?") == 0
+    assert fused_order(scores, weight=SENTENCE_MODEL_WEIGHT)[0][0] == 1
+
+    # among sentences that match, the model re-orders close calls: the best by words, last by the model, gives way
+    question = "What was the revenue for the year?"
+    regions = f"Revenue rose in the north. {REVENUE} Revenue fell in the south. Revenue was flat in the west."
+    options = best_by_words_first(regions, question)
+    assert all("Revenue" in o.text for o in options)
+    assert pick_sentence(options, [-5.0, -0.1, -0.2, -0.3], question) == 1
+    # and when no sentence shares a word with the question, the fusion weighs them all
+    assert pick_sentence(options, [-9.0, -0.1, -0.2, -0.3], "Who audits it?") == 1
