@@ -12,12 +12,13 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
 
     name     the question's words found on the cover, each weighted by how few covers hold it (IDF over the
              library's covers): "3M" or "PepsiCo" are on a few covers, "annual" and "report" on all of them
-    year     the question's latest year (FY2018, FY18, fiscal 2018, 2018) against the document's: the same year
-             best, the year after next (a later report covers it too), any other year nothing
+    year     the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2 2023, else
+             its latest year) against the document's: the same year best, the year after next (a later report
+             covers it too), any other year nothing
     form     the form the question names (10-K, 10-Q, 8-K, quarter, earnings) against the document's
 
-and keeps the documents whose name score is near the best (``NAME_SHARE``), best ``MAX_ROUTED`` by name, year
-and form together. A question whose words are on no cover keeps every document. File names are not used: a
+and keeps the documents whose name score is near the best (``NAME_SHARE``) or that hold the best one's rarest
+naming word, best ``MAX_ROUTED`` by name, year and form together (and size: ``SIZE_WEIGHT``). A question whose words are on no cover keeps every document. File names are not used: a
 user's files are named anything.
 """
 
@@ -34,7 +35,7 @@ from minions.documents import Document
 
 from .retrieval import tokenize
 
-__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "profile", "question_years", "route"]
+__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "period_year", "profile", "question_years", "route"]
 
 COVER_CHARS = 3000
 """How much of a document's opening text its profile reads (a filing's cover page fits)."""
@@ -95,11 +96,24 @@ def profile(doc: Document, chunks: int = 0) -> dict[str, Any]:
 
 def question_years(question: str) -> list[int]:
     """The years ``question`` names (FY2018, FY18, fiscal 2018, Q2 2023, 2018), in order."""
+    return [year for year, _ in _years(question)]
+
+
+def _years(question: str) -> list[tuple[int, bool]]:
+    """(year, whether it is marked as a period: FY, fiscal, a quarter) for each year ``question`` names."""
     out = []
     for m in _Q_YEARS.finditer(question):
         y = m.group(1) or m.group(2)
-        out.append(int(y) if len(y) == 4 else 2000 + int(y))
+        out.append((int(y) if len(y) == 4 else 2000 + int(y), m.group(1) is not None))
     return out
+
+
+def period_year(question: str) -> int | None:
+    """The year of the period ``question`` asks about: its latest fiscal year or quarter (FY2021 in "as of FY
+    2021, what will it pay in 2024"), else its latest year; None when it names none."""
+    years = _years(question)
+    marked = [y for y, is_period in years if is_period]
+    return max(marked or [y for y, _ in years], default=None)
 
 
 def _question_form(question: str) -> str | None:
@@ -148,11 +162,14 @@ def route(
         hits = sorted(t for t in q_terms & covers[n] if df[t] <= NAMING_SHARE * n_docs)
         matched[n] = hits
         name_score[n] = sum(math.log(n_docs / df[t]) for t in hits)
-    best = max(name_score.values())
+    top = max(names, key=lambda n: name_score[n])
+    best = name_score[top]
     if best <= 0:
         return Route(names, {}, n_docs, False)
-    years, form = question_years(question), _question_form(question)
-    latest = max(years) if years else None
+    # the best document's rarest word names the others that hold it too, however their covers spell the rest
+    # (a cover whose text came out as "MGM R ESORTS I NTERNATIONAL" still says MGM)
+    rarest = min(matched[top], key=lambda t: (df[t], t))
+    form, latest = _question_form(question), period_year(question)
     most_chunks = max(1, *(int(p.get("chunks", 0)) for p in profiles.values()))
 
     def score(n: str) -> tuple[float, float]:
@@ -162,7 +179,7 @@ def route(
         size = SIZE_WEIGHT * math.log1p(p.get("chunks", 0)) / math.log1p(most_chunks)
         return name_score[n] / best + year + same_form + size, name_score[n]
 
-    candidates = [n for n in names if name_score[n] >= NAME_SHARE * best]
+    candidates = [n for n in names if name_score[n] >= NAME_SHARE * best or rarest in matched[n]]
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
     why = {n: _why(matched[n], profiles[n], latest, form) for n in chosen}
     return Route(chosen, why, n_docs, True)

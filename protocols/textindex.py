@@ -38,7 +38,8 @@ from .retrieval import asks_for_quantity, figure_share, tokenize
 __all__ = ["ChunkIndex", "IndexedDocument", "SqliteIndex"]
 
 FORMAT = 1
-"""Bump when what is stored changes (the terms, the chunk fields): an index of another format is rebuilt."""
+"""Bump when what is stored changes (the terms, the chunk fields, the routing profile): an index of another format
+is emptied, and its documents are added again (``minions index`` reads only what is missing)."""
 PRIOR_POOL = 300
 """Chunks ranked by words alone that the figure prior re-ranks (``SqliteIndex.search``)."""
 
@@ -180,6 +181,7 @@ class SqliteIndex:
         if row is not None and row[0] != str(FORMAT):
             for table in ("doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
+            self._db.execute("VACUUM")  # give the old format's pages back to the disk
         self._db.executescript(_SCHEMA)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
 

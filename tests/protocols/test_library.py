@@ -15,7 +15,7 @@ from minions.documents import Document
 from minions.errors import ConfigError
 from minions.protocols.library import Library, search_library
 from minions.protocols.ranking import lexical_rank
-from minions.protocols.routing import profile, question_years, route
+from minions.protocols.routing import period_year, profile, question_years, route
 from minions.protocols.textindex import SqliteIndex
 
 from .helpers import quote_reply
@@ -142,6 +142,8 @@ def test_a_profile_reads_form_and_period_off_the_cover() -> None:
     release = Document.from_text("Acme reports fourth quarter and full year 2022 results\n" + FILLER, name="r.txt")
     assert (profile(release)["form"], profile(release)["year"]) == ("earnings", 2022)
     assert question_years("FY2018 vs FY17, fiscal 2016 and Q2 2023") == [2018, 2017, 2016, 2023]
+    assert period_year("As of FY 2021, how much will it pay for retirees in 2024?") == 2021  # the period asked
+    assert period_year("What was revenue in 2019 and 2020?") == 2020 and period_year("What is it?") is None
 
 
 def test_route_picks_the_company_then_the_year_and_keeps_all_when_the_question_names_none() -> None:
@@ -242,3 +244,23 @@ def test_the_index_cli_adds_folders_and_reports_each_file(tmp_path: Path, capsys
     assert [line["status"] for line in lines[:-1]].count("added") == 4
     assert lines[-1]["documents"] == 4 and lines[-1]["skipped"][0][0].endswith("broken.pdf")
     assert lines[-1]["disk_bytes"] > 0
+
+
+def test_a_cover_whose_name_came_out_broken_is_still_found_by_its_rarest_word() -> None:
+    """PDF text can split a name ("MGM R ESORTS I NTERNATIONAL"): the document that holds the question's rarest
+    naming word stays a candidate, and its year then puts it first."""
+    index = SqliteIndex()
+    texts = {
+        "mgm-2018.txt": cover("MGM R ESORTS I NTERNATIONAL", "10-K", "December 31, 2018", FILLER * 30),
+        "mgm-2020.txt": cover("MGM RESORTS INTERNATIONAL", "10-K", "December 31, 2020", FILLER * 30),
+        "mgm-2022.txt": cover("MGM RESORTS INTERNATIONAL", "10-K", "December 31, 2022", FILLER * 30),
+        "hotel.txt": cover("HOTEL RESORTS INTERNATIONAL TRUST", "10-K", "December 31, 2018", FILLER * 30),
+        "acme.txt": cover("ACME RESORTS INTERNATIONAL", "10-K", "December 31, 2018", FILLER * 30),
+        "zenith-2018.txt": ZENITH_2018,
+    }
+    for name, text in texts.items():
+        d = Document.from_text(text, name=name)
+        chunks = chunk_documents([d], size=400)
+        index.add(d, chunks, key=name, sha256=name, size=1, profile=profile(d, len(chunks)))
+    found = search_library(index, "What were MGM Resorts International's accounts payable at the end of FY2018?")
+    assert found.route.documents[0] == "mgm-2018.txt"
