@@ -168,6 +168,8 @@ class SqliteIndex:
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL") if self.path != ":memory:" else None
             self._lock = threading.RLock()
+            self._writes = 0
+            self._documents: tuple[tuple[int, int], list[IndexedDocument]] | None = None
             self._open()
         except sqlite3.DatabaseError as exc:
             raise ConfigError(
@@ -188,6 +190,7 @@ class SqliteIndex:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            self._writes += 1
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -204,9 +207,14 @@ class SqliteIndex:
         return IndexedDocument(name, key, sha256, size, pages, chars, chunks, added_at, json.loads(profile))
 
     def documents(self) -> list[IndexedDocument]:
+        """Every document, in the order added; read again only after a change, this connection's or another's
+        (SQLite's ``data_version``), since a question reads them all to route."""
         with self._lock:
-            rows = self._db.execute(f"SELECT {self._COLUMNS} FROM documents ORDER BY id").fetchall()
-        return [self._record(r) for r in rows]
+            version = (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
+            if self._documents is None or self._documents[0] != version:
+                rows = self._db.execute(f"SELECT {self._COLUMNS} FROM documents ORDER BY id").fetchall()
+                self._documents = (version, [self._record(r) for r in rows])
+            return list(self._documents[1])
 
     def find(self, key: str) -> IndexedDocument | None:
         with self._lock:

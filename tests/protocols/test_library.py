@@ -108,6 +108,9 @@ def test_removing_or_replacing_a_document_leaves_no_trace_in_the_search(tmp_path
     again = SqliteIndex(tmp_path / "i.sqlite")  # persists, and the document comes back whole
     restored = again.document("acme-2018.txt")
     assert restored.text == changed.text and restored.sections == changed.sections
+    assert [d.name for d in again.documents()] == ["acme-2018.txt"]
+    filled(SqliteIndex(tmp_path / "i.sqlite"), "notes.md")  # another connection (another process) adds one
+    assert [d.name for d in again.documents()] == ["acme-2018.txt", "notes.md"]
 
 
 def test_a_failure_while_adding_leaves_no_half_written_document(monkeypatch: pytest.MonkeyPatch) -> None:
