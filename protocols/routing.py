@@ -10,16 +10,16 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
 
 ``route`` scores each document for a question:
 
-    name     the question's words found on the cover, each weighted by how few covers hold it (IDF over the
-             library's covers): "3M" or "PepsiCo" are on a few covers, "annual" and "report" on all of them
+    name     the question's words found on the cover, each weighted by how few of the library's documents hold
+             it anywhere (IDF): "3M" or "PepsiCo" name their filings, "sales" or "capital", in every filing, none
     year     the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2 2023, else
-             its latest year) against the document's: the same year best, the year after next (a later report
-             covers it too), any other year nothing
+             its latest year) against the document's: the same year best, the year after next best (a later
+             report covers it too), the year before a little, any other nothing
     form     the form the question names (10-K, 10-Q, 8-K, quarter, earnings) against the document's
 
 and keeps the documents whose name score is near the best (``NAME_SHARE``) or that hold the best one's rarest
-naming word, best ``MAX_ROUTED`` by name, year and form together (and size: ``SIZE_WEIGHT``). A question whose words are on no cover keeps every document. File names are not used: a
-user's files are named anything.
+naming word, best ``MAX_ROUTED`` by name, year and form together (and size: ``SIZE_WEIGHT``). A question whose
+words are on no cover keeps every document. File names are not used: a user's files are named anything.
 """
 
 from __future__ import annotations
