@@ -123,11 +123,28 @@ def print_result(result: Any, *, local_name: str, remote_name: str | None, conso
         out.print(f'  [{c.label}] "{_clip(c.text)}"', markup=False, highlight=False)
     for note in result.notes:
         out.print(f"note: {note}", style="yellow", markup=False)
+    library = result.reading.get("library")
+    if library:  # asked of a library: which documents were searched, and why
+        searched = _library_line(library, result.timings)
+        out.print(searched, style="dim", markup=False, highlight=False)
     if result.local_egress and remote_name:  # without a remote model the table's caption says it
         out.print(f"egress: {result.local_egress}", style="yellow", markup=False)
     out.print()
     models = {"local": local_name, "remote": remote_name}
     out.print(usage_table(dict(result.usage), models, result.remote_only_estimate, local_egress=result.local_egress))
+
+
+def _library_line(library: Any, timings: Any) -> str:
+    """``searched 3M_2018_10K.pdf (cover names 3m; period 2018) of 74 documents; search 12 ms, local 4.1 s``."""
+    if library.get("routed"):
+        where = ", ".join(f"{d} ({library['why'].get(d, '')})" for d in library["documents"])
+        head = f"searched {where} of {library['of']} documents"
+    else:
+        head = f"searched all {library['of']} documents"
+    parts = [f"search {library.get('search_s', 0) * 1000:.0f} ms"]
+    parts += [f"prefill {timings['local_prefill_s']:.1f} s"] if "local_prefill_s" in timings else []
+    parts += [f"decode {timings['local_decode_s']:.1f} s"] if "local_decode_s" in timings else []
+    return f"{head}; " + ", ".join(parts)
 
 
 def print_models(infos: list[Any], console: Console | None = None) -> None:

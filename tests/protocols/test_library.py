@@ -267,3 +267,20 @@ def test_a_cover_whose_name_came_out_broken_is_still_found_by_its_rarest_word() 
         index.add(d, chunks, key=name, sha256=name, size=1, profile=profile(d, len(chunks)))
     found = search_library(index, "What were MGM Resorts International's accounts payable at the end of FY2018?")
     assert found.route.documents[0] == "mgm-2018.txt"
+
+
+def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
+    from rich.console import Console
+
+    from minions.render import print_result
+
+    library = Library(local=ScriptedBackend(responder=lambda m, p: quote_reply(p, "$515 million", "$515 million")))
+    for name in DOCS:
+        library.add(doc(name))
+    console = Console(record=True, width=200)
+    print_result(library.ask("What were Acme's capital expenditures in FY2020?"), local_name="l", remote_name=None,
+                 console=console)  # fmt: skip
+    shown = console.export_text()
+    assert (
+        "searched acme-2020.txt (cover names acme; period 2020), acme-2018.txt" in shown and "of 4 documents" in shown
+    )
