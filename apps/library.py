@@ -32,7 +32,7 @@ from typing import Any
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
 from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
-from minions.protocols.library import LibrarySearch, search_library
+from minions.protocols.library import LibrarySearch, search_library, sha256_file
 from minions.protocols.options import RunOptions
 from minions.protocols.ranking import Ranking
 from minions.protocols.routing import profile
@@ -177,7 +177,7 @@ class AppLibrary:
                     raise UploadTooLargeError(f"{shown} is larger than {_mb(self.max_bytes)}", path=shown)
                 with real.open("rb") as f:
                     check_content(path.name, f.read(_SNIFF_BYTES))
-                digest = _sha256_file(real)
+                digest = sha256_file(real)
                 doc = self._load(real, path.name)
                 report.added.append(self._register(doc, path.name, real, "folder", size, digest))
             except (DocumentError, OSError) as exc:
@@ -344,14 +344,6 @@ class AppLibrary:
             self._loaded[doc_id] = doc
             while len(self._loaded) > _LOADED_CACHE:
                 self._loaded.popitem(last=False)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _mb(n: int) -> str:

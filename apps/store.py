@@ -12,11 +12,13 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from minions.sqlite import write_transaction
 
 __all__ = ["ConversationRecord", "DocumentRecord", "MessageRecord", "MessageStatus", "Store"]
 
@@ -117,16 +119,8 @@ class Store:
         with self._lock:
             self._db.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
 
     def _all(self, sql: str, *args: Any) -> list[sqlite3.Row]:
         with self._lock:

@@ -51,6 +51,7 @@ __all__ = [
     "Library",
     "LibrarySearch",
     "search_library",
+    "sha256_file",
 ]
 
 INDEX_FILE = "library.sqlite"
@@ -162,7 +163,8 @@ def _files(paths: Iterable[str | os.PathLike[str]], report: AddReport) -> list[P
     return list(dict.fromkeys(out))
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read a MiB at a time."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -243,7 +245,7 @@ class Library:
                 return None
             return self._store(doc, key, digest, len(data))
         key = str(item.resolve())
-        digest = _sha256(item)
+        digest = sha256_file(item)
         found = self.index.find(key)
         if found is not None and found.sha256 == digest:
             return None

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from minions.chunking import Chunk
 from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
+from minions.sqlite import write_transaction
 
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked
 from .retrieval import asks_for_quantity, figure_share, tokenize
@@ -189,15 +190,9 @@ class SqliteIndex:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, write_transaction(self._db, self._lock) as db:
             self._writes += 1
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            yield db
 
     # -- what is in it ------------------------------------------------------------------------------------------
     _COLUMNS = "name, key, sha256, bytes, pages, chars, chunks, added_at, profile"
