@@ -190,8 +190,12 @@ def ollama_server(seen: list[httpx.Request]) -> httpx.MockTransport:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/api/show":
             return httpx.Response(200, json={"model_info": {"general.architecture": "llama"}})
-        seen.append(request)
         body = json.loads(request.content)
+        if body.get("logprobs") and body.get("options", {}).get("num_predict") == 1:
+            # the backend's one question of its own (does the server report log-probabilities?): no user text
+            message = {"role": "assistant", "content": "ok"}
+            return httpx.Response(200, json={"model": body["model"], "message": message, "done": True})
+        seen.append(request)
         messages = [Message(m["role"], m["content"]) for m in body["messages"]]
         text = job_reply(messages, SamplingParams(json_schema=body.get("format")))
         message = {"role": "assistant", "content": text}
