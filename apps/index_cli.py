@@ -98,7 +98,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed)
         docs = library.documents
         summary = (
-            f"library {library.index.path}: {len(docs)} documents, {sum(d.pages for d in docs)} pages, "
+            f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
+            f"{sum(d.pages for d in docs)} pages, "
             f"{sum(d.chunks for d in docs)} chunks, {library.disk_bytes() / 1e6:.1f} MB; this run: {report.summary()}"
         )
     if args.json:
@@ -106,6 +107,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                           "skipped": report.skipped, "documents": len(docs), "index_s": round(report.seconds, 2),
                           "disk_bytes": library.disk_bytes()}))  # fmt: skip
     else:
+        for name, why in report.skipped:
+            print(f"skipped {name}: {why}", file=sys.stderr)
         print(summary)
         if args.warm:
             print(cache_summary())

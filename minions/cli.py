@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from minions.errors import ConfigError, MinionsError
@@ -53,6 +54,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
 
     writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
+    if not args.inputs and args.library and not Path(args.library).expanduser().exists():
+        args.inputs, args.library = [args.library], ""  # `minions ask --library "question"`: the default library
+    if not args.inputs:
+        raise MinionsError(
+            'Give documents and a question: minions ask FILE... "question", or minions ask "question" --library'
+        )
     *paths, question = args.inputs
     if not paths and args.library is None:
         raise MinionsError(
@@ -405,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ask = sub.add_parser("ask", help="answer a question about local documents")
-    ask.add_argument("inputs", nargs="+", metavar="FILE... QUESTION", help="documents, then the question")
+    ask.add_argument("inputs", nargs="*", metavar="FILE... QUESTION", help="documents, then the question")
     from minions.apps.index_cli import add_library_option
 
     add_library_option(ask, "ask the library (after the question), or the documents named in it", optional_value=True)

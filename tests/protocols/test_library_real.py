@@ -40,3 +40,6 @@ def test_a_folder_indexed_then_asked_as_a_library_answers_from_the_document_name
     assert "searched all 3 documents; search " in out and " ms, prefill " in out
     assert main(["index", str(folder), "--library", str(library)]) == 0  # again: nothing to read
     assert "0 added, 3 unchanged" in capsys.readouterr().out
+    monkeypatch.setenv("MINIONS_LIBRARY", str(library))  # the default library, the question after --library
+    assert main(["ask", "--library", "What did Harbor Logistics earn in 2025?"]) == 0
+    assert "According to harbor-2025.md" in capsys.readouterr().out
