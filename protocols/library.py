@@ -36,7 +36,7 @@ from .choice import default_protocol
 from .factory import get_protocol
 from .indexing import IndexProgress, PrefixSaver, index_documents
 from .options import RunOptions
-from .ranking import Ranked, Ranking
+from .ranking import Ranked, Ranking, spread_pages
 from .result import RunResult
 from .retrieval import tokenize
 from .routing import Route, profile, route
@@ -123,11 +123,15 @@ def search_library(
     profiles = {d.name: d.profile for d in records}
     found = route(question, profiles, index.document_frequency(tokenize(question)))
     if found.routed:
-        ranked: list[Ranked] = []
-        for i, name in enumerate(found.documents):
-            weight = 1.0 if i == 0 else OTHER_DOCUMENT
-            ranked += [replace(r, score=r.score * weight) for r in index.search(question, documents=[name], k=k)]
-        ranked.sort(key=lambda r: -r.score)  # stable: ties keep the routed order
+        # one search over the routed documents (each search reads the terms' postings of the whole library),
+        # deep enough that the first document's chunks are all there after the others' are weighed down
+        first = found.documents[0]
+        ranked = [
+            r if r.chunk.document == first else replace(r, score=r.score * OTHER_DOCUMENT)
+            for r in index.search(question, documents=found.documents, k=k * len(found.documents))
+        ]
+        ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order
+        ranked = spread_pages(ranked)  # the sort by score undid the index's spread
     else:
         ranked = index.search(question, documents=[d.name for d in records] if documents is not None else None, k=k)
     total = index.chunk_count(found.documents)

@@ -1,8 +1,10 @@
 """Which chunks the local model reads, best first.
 
-    1. lexical: BM25 over the query (the question, and a plan's instruction and keywords), times a prior for
-       passages dense in figures when the question asks for a quantity (``FIGURE_WEIGHT``);
-    2. ``fused_order``: items in that order re-ordered by reciprocal rank fusion with the local model's scores
+    1. lexical: BM25 over the query (the question, and a plan's instruction and keywords, with the lines and
+       statements behind the measures it names, ``protocols.glossary``), times a prior for passages dense in
+       figures when the question asks for a quantity (``FIGURE_WEIGHT``);
+    2. ``spread_pages``: one chunk of each page first, so the chunks read show as many pages as they can;
+    3. ``fused_order``: items in that order re-ordered by reciprocal rank fusion with the local model's scores
        (how ``protocols.jobs`` picks a chunk's sentence: neither scale dominates).
 
 A small model reads only what ranks best: the rest is skipped, and the ranking says how many chunks there were.
@@ -10,15 +12,26 @@ A small model reads only what ranks best: the rest is skipped, and the ranking s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from minions.chunking import Chunk
 
+from .glossary import expand
 from .retrieval import BM25, asks_for_quantity, figure_share
 
-__all__ = ["FIGURE_WEIGHT", "Ranked", "Ranking", "fused_order", "lexical_rank", "word_order"]
+__all__ = [
+    "FIGURE_WEIGHT",
+    "Ranked",
+    "Ranking",
+    "fused_order",
+    "lexical_rank",
+    "page_spread",
+    "search_terms",
+    "spread_pages",
+    "word_order",
+]
 
 FIGURE_WEIGHT = 4.0
 """A chunk whose tokens are all figures (capped at half) scores up to 1 + FIGURE_WEIGHT / 2 times its BM25 score."""
@@ -64,9 +77,41 @@ def word_order(texts: Sequence[str], query: str, *, question: str | None = None)
     return sorted(((i, s) for i, s in enumerate(scores)), key=lambda item: (-item[1], item[0]))
 
 
+def search_terms(query: str, question: str | None = None) -> str:
+    """What chunks are ranked by: ``query``, then the lines and statements behind the measures that it or
+    ``question`` names (``protocols.glossary``)."""
+    asked = query if question is None or question == query else f"{query}\n{question}"
+    added = expand(asked)
+    return f"{query}\n{added}" if added else query
+
+
+def spread_pages(ranked: Sequence[Ranked]) -> list[Ranked]:
+    """``ranked`` with the best chunk of each page first, then the others, each part in its order. A page's
+    second chunk then follows the other pages' best: the chunks read show more pages (FinanceBench page recall
+    @10 0.813 -> 0.837, ``minions bench evidence --lexical-only``). Chunks without pages keep their places."""
+    pages = [(r.chunk.document, r.chunk.pages[0]) if r.chunk.pages else None for r in ranked]
+    return [ranked[i] for i in page_spread(pages)]
+
+
+def page_spread(pages: Sequence[Hashable | None]) -> list[int]:
+    """``spread_pages``'s order of items with these pages (None: an item without pages): indices."""
+    first: list[int] = []
+    later: list[int] = []
+    seen: set[Hashable] = set()
+    for i, page in enumerate(pages):
+        if page is not None and page in seen:
+            later.append(i)
+            continue
+        if page is not None:
+            seen.add(page)
+        first.append(i)
+    return first + later
+
+
 def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
-    """Every chunk, ranked by ``word_order``."""
-    return [Ranked(chunks[i], s) for i, s in word_order([c.text for c in chunks], query, question=question)]
+    """Every chunk, ranked by ``word_order`` over ``search_terms``, pages spread (``spread_pages``)."""
+    order = word_order([c.text for c in chunks], search_terms(query, question), question=question or query)
+    return spread_pages([Ranked(chunks[i], s) for i, s in order])
 
 
 def fused_order(model_scores: Sequence[float], *, weight: float = 1.0) -> list[tuple[int, float]]:

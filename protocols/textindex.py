@@ -33,7 +33,7 @@ from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
 from minions.sqlite import write_transaction
 
-from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked
+from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .retrieval import asks_for_quantity, figure_share, tokenize
 
 __all__ = ["ChunkIndex", "IndexedDocument", "SqliteIndex"]
@@ -312,10 +312,11 @@ class SqliteIndex:
     def search(
         self, query: str, *, question: str | None = None, documents: Sequence[str] | None = None, k: int = 20
     ) -> list[Ranked]:
-        """The ``k`` chunks that rank best for ``query`` (BM25 over our terms, times the figure prior when
-        ``question``, default the query, asks for a quantity), among ``documents`` (names; None: all), best
-        first; ties keep the chunks' order."""
-        terms = match_expression(query)
+        """The ``k`` chunks that rank best for ``query`` (BM25 over our terms and the glossary's,
+        ``ranking.search_terms``, times the figure prior when ``question``, default the query, asks for a
+        quantity), among ``documents`` (names; None: all), best first, pages spread (``ranking.spread_pages``);
+        ties keep the chunks' order."""
+        terms = match_expression(search_terms(query, question))
         if terms is None or k <= 0:
             return []
         weight = FIGURE_WEIGHT if asks_for_quantity(question if question is not None else query) else 0.0
@@ -328,7 +329,8 @@ class SqliteIndex:
                 match += " AND doc : (" + " OR ".join(str(i) for i in ids) + ")"
             # FTS5 scores every match in C; joining each to its chunk for the prior would cost 3x that, so the
             # prior re-ranks the best PRIOR_POOL by words (it multiplies a score by at most 1 + FIGURE_WEIGHT/2).
-            pool = max(k, PRIOR_POOL) if weight else k
+            # (and a page's second chunk makes way for other pages' best, so twice k are ranked at least)
+            pool = max(2 * k, PRIOR_POOL) if weight else 2 * k
             hits = self._db.execute(
                 "SELECT rowid, -bm25(chunk_terms, 1.0, 0.0) AS score FROM chunk_terms WHERE chunk_terms MATCH ? "
                 "ORDER BY score DESC, rowid LIMIT ?",
@@ -336,16 +338,27 @@ class SqliteIndex:
             ).fetchall()
             if not hits:
                 return []
+            # the pool's places and figures only (no text): the k kept are read whole below
             marks = ",".join("?" * len(hits))
+            places = {
+                r[0]: r[1:]
+                for r in self._db.execute(
+                    f"SELECT id, doc, pages, figures FROM chunks WHERE id IN ({marks})", [h[0] for h in hits]
+                )
+            }
+            scored = [(score * (1 + weight * places[i][2]), i) for i, score in hits if i in places]
+            scored.sort(key=lambda item: (-item[0], item[1]))
+            firsts = [places[i][1].strip("[]").partition(",")[0] for _, i in scored]  # pages: JSON "[3, 4]"
+            pages = [(places[i][0], first) if first else None for (_, i), first in zip(scored, firsts, strict=True)]
+            kept = [scored[j] for j in page_spread(pages)[:k]]
+            marks = ",".join("?" * len(kept))
             rows = self._db.execute(
                 "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
                 f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
-                [h[0] for h in hits],
+                [i for _, i in kept],
             ).fetchall()
         by_id = {r[0]: r for r in rows}
-        scored = [(score * (1 + weight * by_id[i][8]), i) for i, score in hits if i in by_id]
-        scored.sort(key=lambda item: (-item[0], item[1]))
-        return [_ranked(by_id[i], score) for score, i in scored[:k]]
+        return [_ranked(by_id[i], score) for score, i in kept]
 
     def _ids(self, names: Sequence[str]) -> list[int]:
         marks = ",".join("?" * len(names))

@@ -11,7 +11,7 @@ import pytest
 
 from minions.backends.scripted import ScriptedBackend
 from minions.chunking import chunk_documents
-from minions.documents import Document
+from minions.documents import Document, Page
 from minions.errors import ConfigError
 from minions.protocols.library import Library, search_library
 from minions.protocols.ranking import lexical_rank
@@ -284,3 +284,18 @@ def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> N
     assert (
         "searched acme-2020.txt (cover names acme; period 2020), acme-2018.txt" in shown and "of 4 documents" in shown
     )
+
+
+def test_the_index_spreads_pages_as_the_in_memory_ranking_does() -> None:
+    first, second = "Revenue grew. Revenue, revenue, revenue: 1,200.", "Revenue rose again; revenue of 1,300."
+    text = f"{first}\n\n{second}"
+    pages = (Page(1, 0, len(first)), Page(2, len(first) + 2, len(text)))
+    d = Document(name="filing.pdf", text=text, pages=pages)
+    chunks = chunk_documents([d], size=20)  # several chunks a page
+    assert len(chunks) > 2
+    index = SqliteIndex()
+    index.add(d, chunks, key=d.name, sha256=d.name, size=1, profile={})
+    hits = index.search("revenue", k=4)
+    memory = lexical_rank(chunks, "revenue")[:4]
+    assert [h.chunk.pages for h in hits][:2] in ([(1,), (2,)], [(2,), (1,)])  # one of each page first
+    assert [(h.chunk.index, h.chunk.pages) for h in hits] == [(m.chunk.index, m.chunk.pages) for m in memory]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from minions.chunking import Chunk
-from minions.protocols.ranking import fused_order, lexical_rank
+from minions.protocols.glossary import expand
+from minions.protocols.ranking import Ranked, fused_order, lexical_rank, page_spread, search_terms, spread_pages
 from minions.protocols.retrieval import asks_for_quantity, figure_share, tokenize
 
 WORDS = Chunk("r", 0, "Capital expenditure plans are discussed by the board every year in capital meetings.", 0, 80)
@@ -38,3 +39,28 @@ def test_fusion_lets_the_model_reorder_close_calls_only():
     assert fused_order([-2.0, -1.0, 3.0], weight=0.5)[0][0] == 0
     # ties in the fused score keep the order by words
     assert [i for i, _ in fused_order([1.0, 1.0, 1.0])] == [0, 1, 2]
+
+
+def test_a_measure_the_question_names_brings_the_lines_it_is_computed_from() -> None:
+    assert "total current assets" in expand("Does Corning have positive working capital based on FY2022 data?")
+    assert "statement of cash flows" in expand("What is the FY2018 capital expenditure amount for 3M?")
+    assert expand("Who chairs the audit committee?") == ""
+    sheet = Chunk(
+        "r", 0, "Consolidated Balance Sheets. Total current assets 8,123. Total current liabilities 6,500.", 0, 90
+    )
+    prose = Chunk("r", 1, "Our capital allocation is disciplined and we work hard for our capital base.", 90, 170)
+    # the question's own words favour the prose; the measure's lines find the balance sheet
+    assert lexical_rank([prose, sheet], "Is working capital positive?")[0].chunk is sheet
+    assert search_terms("Is working capital positive?").startswith("Is working capital positive?\n")
+
+
+def test_pages_are_spread_best_chunk_of_each_page_first() -> None:
+    def on(page: int, index: int) -> Ranked:
+        return Ranked(Chunk("10k.pdf", index, "text", 0, 4, (page,)), 1.0)
+
+    ranked = [on(7, 0), on(7, 1), on(9, 2), on(7, 3), on(4, 4)]
+    assert [r.chunk.index for r in spread_pages(ranked)] == [0, 2, 4, 1, 3]
+    # chunks without pages (a text file) keep their places
+    plain = [Ranked(Chunk("notes.md", i, "text", 0, 4), 1.0) for i in range(3)]
+    assert spread_pages(plain) == plain
+    assert page_spread([None, ("a", 1), ("a", 1), None, ("b", 1)]) == [0, 1, 3, 4, 2]
