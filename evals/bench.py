@@ -23,6 +23,12 @@ each question is asked of all of them, FinanceBench's shared-store setting: the 
 of the library's ranking: routing to the documents the question names, then their chunks by words), the routed
 documents, ``rank_ms``, and with a model ``library_shown`` (what the local side passes on). The summary carries
 the ``library`` curve, ``rank_ms_median``, ``index_s`` and how often routing put the question's filing first.
+
+With ``compare_local`` (``--compare-local M``), a second local model reads the same chunks (the ranking is by
+words, so both read the same ones): the lines add ``compare``, its ``shown`` curve, its wall time and how many
+read chunks it quoted the same sentence of (``same_quotes`` of ``read``); the summary adds ``compare_shown`` and
+the agreement over all read chunks (``same_quotes``: ``same``, ``read``, ``rate``). It checks that a model on a
+server (``openai-compatible/<model>@<url>``) picks what the embedded engine picks.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from minions.protocols.library import Library, search_library
 from minions.protocols.quotes import answer_spans, candidates
 from minions.protocols.ranking import lexical_rank
 from minions.protocols.reading import chunk_evidence
-from minions.protocols.result import Evidence, JobRecord
+from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.retrieval import BM25
 
 from .evidence import RECALL_AT, evidence_scores
@@ -74,6 +80,8 @@ class EvidenceBenchConfig:
     """Ask every question of all the filings in one library (the module's docstring)."""
     library_dir: str | None = None
     """Where the library is built (None: a temporary folder, removed after)."""
+    compare_local: str | None = None
+    """A second local model that reads the same chunks (the module's docstring)."""
 
 
 def _page_passages(doc: Document, question: str) -> list[Evidence]:
@@ -121,7 +129,9 @@ def _open_library(data: Path, config: EvidenceBenchConfig, local: Backend | None
     return library, report.seconds
 
 
-def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfig) -> dict[str, Any]:
+def _item_line(
+    item: EvalItem, local: Backend | None, config: EvidenceBenchConfig, compare: Backend | None = None
+) -> dict[str, Any]:
     started = time.perf_counter()
     docs = item.documents()
     loaded = time.perf_counter()
@@ -139,9 +149,7 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
     }
     if local is None:
         return line
-    result = LocalOnly(local, read_chunks=config.read_chunks, score_sentences=config.score_sentences).run(
-        item.question, docs
-    )
+    result = _local_run(local, item, docs, config)
     ranked = [chunk_evidence(c) for c in _ranked_chunks(result.reading, chunks)]
     line.update(
         ranking=_recall(item, ranked) if ranked else None,
@@ -156,7 +164,28 @@ def _item_line(item: EvalItem, local: Backend | None, config: EvidenceBenchConfi
         wall_s=round(result.timings.get("total_s", 0.0), 2),
         error=result.error,
     )
+    if compare is not None:
+        line["compare"] = _compared(item, result, _local_run(compare, item, docs, config))
     return line
+
+
+def _local_run(local: Backend, item: EvalItem, docs: Sequence[Document], config: EvidenceBenchConfig) -> RunResult:
+    protocol = LocalOnly(local, read_chunks=config.read_chunks, score_sentences=config.score_sentences)
+    return protocol.run(item.question, list(docs))
+
+
+def _compared(item: EvalItem, ours: RunResult, theirs: RunResult) -> dict[str, Any]:
+    """The second model's run beside the first's: its ``shown`` curve, its wall time, and over the chunks both
+    read, how many it quoted the same sentence of (no quote in both counts as the same)."""
+    quotes = {(j.document, j.chunk): j.citation for j in theirs.jobs}
+    both = [(j.citation, quotes[(j.document, j.chunk)]) for j in ours.jobs if (j.document, j.chunk) in quotes]
+    return {
+        "shown": _recall(item, theirs.evidence),
+        "read": len(both),
+        "same_quotes": sum(a == b for a, b in both),
+        "wall_s": round(theirs.timings.get("total_s", 0.0), 2),
+        "error": theirs.error,
+    }
 
 
 def _figures(text: str) -> set[str]:
@@ -220,12 +249,13 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
     items = items[: config.limit] if config.limit else items
     local = None if config.lexical_only else resolve(config.local)
+    compare = resolve(config.compare_local) if config.compare_local and local is not None else None
     lines = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="minions-library-") as into:
         library, index_s = _open_library(Path(root), config, local, into) if config.library else (None, None)
         for item in items:
-            line = _item_line(item, None if library is not None else local, config)
+            line = _item_line(item, None if library is not None else local, config, compare)
             if library is not None:
                 line.update(_library_line(item, library, local, config))
             lines.append(line)
@@ -250,6 +280,12 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
             index_mb=round(disk / 1e6, 1),
             routed_first=sum(line["routed_first"] for line in lines),
         )
+    compared = [line["compare"] for line in lines if "compare" in line]
+    if compared:
+        summary["compare_shown"] = _curve(compared, "shown")
+        same, read = sum(c["same_quotes"] for c in compared), sum(c["read"] for c in compared)
+        summary["same_quotes"] = {"same": same, "read": read, "rate": round(same / read, 3) if read else None}
+        summary["compare_wall_s_median"] = sorted(c["wall_s"] for c in compared)[len(compared) // 2]
     picks = [line["picks"] for line in lines if "picks" in line]
     if picks:
         summary["picks"] = {k: sum(p[k] for p in picks) for k in picks[0]}

@@ -315,6 +315,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         lexical_only=args.lexical_only,
         library=args.library,
         library_dir=args.library_dir,
+        compare_local=args.compare_local,
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -333,6 +334,9 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
     ev.add_argument("--no-scores", action="store_true", help="jobs pick a sentence through a schema, not by scores")
     ev.add_argument("--local", help="the local model (default: MINIONS_LOCAL or llamacpp/default)")
+    ev.add_argument(
+        "--compare-local", metavar="M", help="a second local model on the same chunks: its recall, same quotes"
+    )
     ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
     ev.add_argument("--library", action="store_true", help="also ask every question of all the filings in one library")
