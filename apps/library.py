@@ -124,6 +124,7 @@ class AppLibrary:
         self.uploads = (root / "uploads").resolve()
         self.uploads.mkdir(parents=True, exist_ok=True)
         self.index = SqliteIndex(root / "index.sqlite")
+        self.index.forget_outdated()  # an index of another format: the store's documents are indexed again on search
         self.options = options or RunOptions()
         self.max_bytes = max_bytes
         self.progress: dict[str, Any] | None = None

@@ -19,6 +19,7 @@ their covers, ``protocols.routing``), then the index ranks their chunks by words
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,11 +37,11 @@ from .choice import default_protocol
 from .factory import get_protocol
 from .indexing import IndexProgress, PrefixSaver, index_documents
 from .options import RunOptions
-from .ranking import Ranked, Ranking, spread_pages
+from .ranking import Ranking, spread_pages
 from .result import RunResult
 from .retrieval import tokenize
 from .routing import Route, profile, route
-from .textindex import ChunkIndex, IndexedDocument, SqliteIndex
+from .textindex import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 
 __all__ = [
     "INDEX_FILE",
@@ -53,6 +54,8 @@ __all__ = [
     "search_library",
     "sha256_file",
 ]
+
+log = logging.getLogger(__name__)
 
 INDEX_FILE = "library.sqlite"
 """The index's file name inside a library folder."""
@@ -195,6 +198,35 @@ class Library:
         self.options = RunOptions.from_kwargs(dict(options))
         self._models = (local, remote, protocol, options)
         self._protocol: Any = None
+        self.carried = self._index_again(self.index.outdated())
+        """What an index of an older format held, indexed again when it was opened (``AddReport``)."""
+
+    def _index_again(self, outdated: Sequence[Outdated]) -> AddReport:
+        """Index again the documents an index of another format held: from their stored text, or where that no
+        longer loads, from their file; a document neither gives back is listed as skipped, with the reason."""
+        report = AddReport()
+        started = time.perf_counter()
+        for old in outdated:
+            try:
+                doc = old.document or self._read_again(old)
+                report.added.append(self._put(doc, old.key, old.sha256, old.bytes))
+            except (DocumentError, OSError) as exc:
+                report.skipped.append((old.name, str(exc)))
+            self.index.forget_outdated([old.name])
+        report.seconds = time.perf_counter() - started
+        if outdated:
+            log.info("library index of an older format: %d documents indexed again in %.1f s",
+                     len(report.added), report.seconds)  # fmt: skip
+        for name, why in report.skipped:
+            log.warning("library: %s could not be indexed again after a format change: %s", name, why)
+        return report
+
+    @staticmethod
+    def _read_again(old: Outdated) -> Document:
+        path = Path(old.key)
+        if not path.is_file() or sha256_file(path) != old.sha256:
+            raise DocumentError(f"its stored text is of an older layout, and {old.key} is gone or has changed")
+        return replace(load_document(path), name=old.name)
 
     # -- the documents ------------------------------------------------------------------------------------------
     @property
@@ -260,7 +292,10 @@ class Library:
         self, doc: Document, key: str, digest: str, size: int, replacing: IndexedDocument | None = None
     ) -> IndexedDocument:
         name = self._free_name(doc.name, replacing)
-        doc = doc if name == doc.name else replace(doc, name=name)
+        return self._put(doc if name == doc.name else replace(doc, name=name), key, digest, size)
+
+    def _put(self, doc: Document, key: str, digest: str, size: int) -> IndexedDocument:
+        """Chunk ``doc`` as the protocols do, profile it for routing, and index it (one transaction)."""
         o = self.options
         chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
         return self.index.add(doc, chunks, key=key, sha256=digest, size=size, profile=profile(doc, len(chunks)))

@@ -36,11 +36,11 @@ from minions.sqlite import write_transaction
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .retrieval import asks_for_quantity, figure_share, tokenize
 
-__all__ = ["ChunkIndex", "IndexedDocument", "SqliteIndex"]
+__all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
 FORMAT = 1
 """Bump when what is stored changes (the terms, the chunk fields, the routing profile): an index of another format
-is emptied, and its documents are added again (``minions index`` reads only what is missing)."""
+is emptied, its documents kept aside (``outdated``), and ``Library`` indexes them again from their stored text."""
 PRIOR_POOL = 300
 """Chunks ranked by words alone that the figure prior re-ranks (``SqliteIndex.search``)."""
 
@@ -78,6 +78,9 @@ CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
 CREATE VIRTUAL TABLE IF NOT EXISTS doc_terms USING fts5(terms, tokenize='unicode61 remove_diacritics 0');
 CREATE VIRTUAL TABLE IF NOT EXISTS doc_vocab USING fts5vocab(doc_terms, 'row');
 """
+_OUTDATED = """CREATE TABLE IF NOT EXISTS outdated (
+    name TEXT PRIMARY KEY, key TEXT NOT NULL, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, body BLOB NOT NULL
+)"""
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,18 @@ class IndexedDocument:
         return {k: getattr(self, k) for k in ("name", "key", "bytes", "pages", "chars", "chunks", "profile")}
 
 
+@dataclass(frozen=True)
+class Outdated:
+    """A document an index of another format held: what is needed to index it again, its file unread where
+    its stored text still loads (``document``; None where it does not, and the file must be read)."""
+
+    name: str
+    key: str
+    sha256: str
+    bytes: int
+    document: Document | None
+
+
 class ChunkIndex(Protocol):
     """What the library needs of an index; ``SqliteIndex`` is the embedded one."""
 
@@ -115,6 +130,8 @@ class ChunkIndex(Protocol):
     def chunk_count(self, documents: Sequence[str] | None = None) -> int: ...
     def document_frequency(self, terms: Sequence[str]) -> dict[str, int]: ...
     def disk_bytes(self) -> int: ...
+    def outdated(self) -> list[Outdated]: ...
+    def forget_outdated(self, names: Sequence[str] | None = None) -> None: ...
     def close(self) -> None: ...
 
 
@@ -182,11 +199,44 @@ class SqliteIndex:
         with suppress(sqlite3.OperationalError):  # a new file has no meta table yet
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         if row is not None and row[0] != str(FORMAT):
+            self._keep_outdated()
             for table in ("doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
             self._db.execute("VACUUM")  # give the old format's pages back to the disk
         self._db.executescript(_SCHEMA)
+        self._db.execute(_OUTDATED)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+
+    def _keep_outdated(self) -> None:
+        """Before an index of another format is emptied: its documents' rows, in the table ``outdated``."""
+        self._db.execute(_OUTDATED)
+        with suppress(sqlite3.OperationalError):  # an index from before the documents table
+            self._db.execute(
+                "INSERT OR REPLACE INTO outdated SELECT name, key, sha256, bytes, body FROM documents ORDER BY id"
+            )
+
+    def outdated(self) -> list[Outdated]:
+        """The documents that an index of another format held when this one was opened and that are not yet
+        indexed again (``Library`` does, and then ``forget_outdated``), each with its stored text where that still
+        loads."""
+        out = []
+        with self._lock:
+            rows = self._db.execute("SELECT name, key, sha256, bytes, body FROM outdated ORDER BY rowid").fetchall()
+        for name, key, sha256, size, body in rows:
+            try:
+                doc: Document | None = _document(name, body)
+            except (ValueError, KeyError, TypeError, zlib.error):  # the stored text's layout changed too
+                doc = None
+            out.append(Outdated(name, key, sha256, size, doc))
+        return out
+
+    def forget_outdated(self, names: Sequence[str] | None = None) -> None:
+        """Drop these outdated documents' rows (None: all of them)."""
+        with self._transaction() as db:
+            if names is None:
+                db.execute("DELETE FROM outdated")
+            else:
+                db.executemany("DELETE FROM outdated WHERE name = ?", [(n,) for n in names])
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -13,7 +13,7 @@ from minions.backends.scripted import ScriptedBackend
 from minions.chunking import chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
-from minions.protocols.library import Library, search_library
+from minions.protocols.library import INDEX_FILE, Library, search_library
 from minions.protocols.ranking import lexical_rank
 from minions.protocols.routing import period_year, profile, question_years, route
 from minions.protocols.textindex import SqliteIndex
@@ -129,11 +129,41 @@ def test_an_index_of_another_format_is_rebuilt_and_a_file_that_is_not_one_says_s
     filled(SqliteIndex(path), "acme-2018.txt").close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET value = '0' WHERE key = 'format'")
-    assert SqliteIndex(path).documents() == []
+    index = SqliteIndex(path)
+    assert index.documents() == []
+    assert [o.name for o in index.outdated()] == ["acme-2018.txt"]
+    index.close()
+    assert [o.name for o in SqliteIndex(path).outdated()] == ["acme-2018.txt"]  # kept until indexed again
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(ConfigError, match="not a library index"):
         SqliteIndex(junk)
+
+
+def test_a_library_of_an_older_format_indexes_its_documents_again_without_their_files(tmp_path: Path) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    for name in ("acme-2018.txt", "zenith-2018.txt"):
+        (files / name).write_text(DOCS[name])
+    with Library(tmp_path / "lib") as library:
+        library.add(files)
+        before = library.search("Zenith capital expenditures").ranking.ranked[0].chunk
+    with sqlite3.connect(tmp_path / "lib" / INDEX_FILE) as db:
+        db.execute("UPDATE meta SET value = '0' WHERE key = 'format'")
+        # the second document's stored text is of a layout this version cannot read
+        db.execute("UPDATE documents SET body = ? WHERE name = 'zenith-2018.txt'", (b"old layout",))
+    (files / "acme-2018.txt").unlink()  # its stored text is all there is of the first
+    with Library(tmp_path / "lib") as library:
+        assert sorted(d.name for d in library.carried.added) == ["acme-2018.txt", "zenith-2018.txt"]
+        assert sorted(d.name for d in library.documents) == ["acme-2018.txt", "zenith-2018.txt"]
+        assert library.search("Zenith capital expenditures").ranking.ranked[0].chunk == before
+    with sqlite3.connect(tmp_path / "lib" / INDEX_FILE) as db:
+        db.execute("UPDATE meta SET value = '0' WHERE key = 'format'")
+        db.execute("UPDATE documents SET body = ? WHERE name = 'acme-2018.txt'", (b"old layout",))
+    with Library(tmp_path / "lib") as library:  # no stored text and no file: listed, with the reason
+        assert [name for name, _ in library.carried.skipped] == ["acme-2018.txt"]
+        assert "is gone or has changed" in library.carried.skipped[0][1]
+        assert [d.name for d in library.documents] == ["zenith-2018.txt"]
 
 
 # -- routing ------------------------------------------------------------------------------------------------------
