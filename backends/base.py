@@ -1,11 +1,14 @@
 """The one interface every model client implements.
 
-A backend is a small object with a name, its declared capabilities and three calls:
+A backend is a small object with a name, its declared capabilities and these calls:
 
 - ``chat(messages, params) -> ChatResult``
 - ``async achat(messages, params) -> ChatResult``
 - ``batch(requests) -> list[ChatResult]`` for many independent prompts, in order; a failed job comes back
   as a result with ``finish_reason="error"`` rather than raising, so finished jobs are never lost.
+- ``stream(messages, params) -> Iterator[str]``: the reply's text as it comes (in one piece where the backend
+  does not stream: ``capabilities.streaming`` says whether it does).
+- ``parameter_count() -> int | None``: the model's size, where the model file or the server tells it.
 
 Protocols branch on ``capabilities``, never on the class.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
@@ -74,6 +77,12 @@ class Backend(Protocol):
         self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
     ) -> list[ChatResult]: ...
 
+    def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]: ...
+
+    def parameter_count(self) -> int | None:
+        """The model's parameters (from its GGUF metadata, or the server's description of it); None where unknown."""
+        ...
+
     def count_tokens(self, text: str) -> int: ...
 
 
@@ -126,6 +135,13 @@ class BaseBackend:
         self, requests: Sequence[ChatRequest], *, on_result: OnResult | None = None, cancel: CancelToken | None = None
     ) -> list[ChatResult]:
         return self._run_batch(requests, self._chat, on_result, cancel)
+
+    def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]:
+        """The reply in one piece; backends that stream (``capabilities.streaming``) yield it as it comes."""
+        yield self.chat(messages, params).text
+
+    def parameter_count(self) -> int | None:
+        return None
 
     def _run_batch(
         self,

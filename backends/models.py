@@ -5,15 +5,25 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 from pathlib import Path
 
 from minions.errors import ModelNotFoundError
 
-__all__ = ["SMOLLM2_FILE", "resolve_model_path", "smollm2_path"]
+__all__ = ["SMOLLM2_FILE", "resolve_model_path", "size_from_label", "smollm2_path"]
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)([mb])(?![a-z0-9])", re.IGNORECASE)
+_SCALE = {"m": 10**6, "b": 10**9}
+
+
+def size_from_label(label: str) -> int | None:
+    """The parameters a size label or a model's name states: "3.2B", "llama3.2:3b", "SmolLM2-135M-Instruct"
+    (the first number followed by M or B alone); None where it states none ("gpt-4o-mini", "Q4_K_M")."""
+    m = _SIZE.search(label)
+    return round(float(m.group(1)) * _SCALE[m.group(2).lower()]) if m else None
 
 
 def smollm2_path() -> Path:

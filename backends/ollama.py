@@ -51,6 +51,7 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 
 from .address import on_this_device
 from .base import AskingBackend, Capabilities, MessagesLike, OnResult
+from .models import size_from_label
 from .settings import count_from_env
 from .wire import first_error, glimpse, logprob_steps
 
@@ -116,6 +117,7 @@ class OllamaBackend(AskingBackend):
         self.max_concurrency = parallel if parallel is not None else num_parallel()
         self._checked = False  # whether /api/show was asked (once per backend)
         self._trained_context: int | None = None  # the model's own context length, from /api/show
+        self._parameters: int | None = None  # the model's parameters, from /api/show
         capabilities = Capabilities(
             json_schema=True,
             logprobs=False,  # until the server says (Ollama's releases since late 2025 report them)
@@ -182,8 +184,17 @@ class OllamaBackend(AskingBackend):
             return None
         lengths = [v for k, v in (info.modelinfo or {}).items() if k.endswith(".context_length") and isinstance(v, int)]
         self._trained_context = max(lengths) if lengths else None
+        count = (info.modelinfo or {}).get("general.parameter_count")
+        size = info.details.parameter_size if info.details is not None else None
+        self._parameters = count if isinstance(count, int) else size_from_label(size) if size else None
         self._checked = True
         return self._trained_context
+
+    def parameter_count(self) -> int | None:
+        """The model's parameters as the server describes it (``/api/show``: ``general.parameter_count``, else
+        ``details.parameter_size`` such as "3.2B"); None where it does not."""
+        self.check_model()
+        return self._parameters
 
     def _request(self, messages: list[Message], params: SamplingParams, num_ctx: int | None = None) -> dict[str, Any]:
         """The keyword arguments of ``ollama.Client.chat`` for one call. ``num_ctx`` (a batch's) is used when the

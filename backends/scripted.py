@@ -7,7 +7,8 @@
 
 A ``responder(messages, params)`` answers whatever the queue does not, so a test can script replies by
 content (useful for batches whose order is not the test's business). ``address`` plays a server's URL (nothing
-is contacted): with one that is not on this device, the fake is a model on another machine.
+is contacted): with one that is not on this device, the fake is a model on another machine; ``parameters`` plays
+the model's size (``parameter_count``).
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class ScriptedBackend(BaseBackend):
         price: Price | None = None,
         max_concurrency: int = 1,
         address: str | None = None,
+        parameters: int | None = None,
     ) -> None:
         self.name = name
+        self.parameters = parameters
         self.address = address
         local = on_this_device(address)
         self.capabilities = capabilities or Capabilities(json_schema=True, batching=True, local=local)
@@ -62,6 +65,10 @@ class ScriptedBackend(BaseBackend):
         self._queue: deque[Reply] = deque(replies)
         self._lock = threading.Lock()
         self.history: list[ScriptedCall] = []
+
+    def parameter_count(self) -> int | None:
+        """``parameters`` as given: the model size a test plays."""
+        return self.parameters
 
     def enqueue(self, *replies: Reply) -> ScriptedBackend:
         with self._lock:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -214,6 +214,13 @@ class LocalEgress:
             for i, request in enumerate(requests):
                 if results is None or results[i].finish_reason != "cancelled":
                     self._record(request.messages)
+
+    def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]:
+        self._record(messages)
+        return self.backend.stream(messages, params)
+
+    def parameter_count(self) -> int | None:
+        return self.backend.parameter_count()
 
     def count_tokens(self, text: str) -> int:
         return self.backend.count_tokens(text)

@@ -17,16 +17,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from minions.errors import BackendError
 from minions.events import CancelToken
-from minions.types import ChatRequest, ChatResult, Message, SamplingParams
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, as_messages
 
-from ..base import BaseBackend, Capabilities, OnResult
+from ..base import BaseBackend, Capabilities, MessagesLike, OnResult
 from ..models import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
@@ -121,6 +122,29 @@ class LlamaCppBackend(BaseBackend):
             return self.engine.run(requests, on_result=on_result, on_token=on_token, cancel=token, seed=self.seed)
 
         return self._on_llama_thread(run, cancel)
+
+    def stream(self, messages: MessagesLike, params: SamplingParams | None = None) -> Iterator[str]:
+        """The reply's text as the engine decodes it (the pieces its stop rules let through). Closing the iterator
+        early stops the decoding at its next step."""
+        request = ChatRequest(as_messages(messages), params or SamplingParams())
+        pieces: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # None: the engine returned
+        token = CancelToken()
+        future = submit(
+            lambda: self.engine.run([request], on_token=lambda _, text: pieces.put(text), cancel=token, seed=self.seed)
+        )
+        future.add_done_callback(lambda _: pieces.put(None))
+        try:
+            while (piece := pieces.get()) is not None:
+                yield piece
+            result = future.result()[0]
+            if not result.ok:
+                raise _error_from(result, self.name)
+        finally:
+            token.cancel()  # a no-op once the reply is done
+
+    def parameter_count(self) -> int | None:
+        """The model's parameters, from its GGUF file (loads the model)."""
+        return self.engine.model.n_params
 
     def save_prefixes(
         self,

@@ -108,6 +108,7 @@ class LlamaModel:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab: int = lib.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train: int = lib.llama_model_n_ctx_train(self.model)
+        self.n_params: int = lib.llama_model_n_params(self.model)
         # Recurrent layers (Mamba, RWKV, LFM2's short convolutions) keep one state per sequence, at its last
         # position only: such memory cannot drop the tail of a sequence (``backends.llamacpp.slots``)
         self.memory: str = (

@@ -59,6 +59,19 @@ class Recorder:
         return json.loads(self.requests[-1].content)
 
 
+@pytest.mark.parametrize(
+    ("show", "parameters"),
+    [
+        ({"details": {"parameter_size": "3.2B"}, "model_info": {"general.parameter_count": 3212749888}}, 3212749888),
+        ({"details": {"parameter_size": "3.2B"}, "model_info": {}}, 3_200_000_000),  # an older server: the label
+        (SHOW_REPLY, None),
+    ],
+)
+def test_the_model_size_is_the_one_the_server_describes(show: dict[str, Any], parameters: int | None) -> None:
+    backend = make_backend(lambda request: httpx.Response(200, json=show))
+    assert backend.parameter_count() == parameters
+
+
 def test_chat_sends_model_messages_and_options() -> None:
     server = Recorder()
     backend = make_backend(server, context_window=4096)

@@ -47,6 +47,23 @@ def test_greedy_decoding_is_deterministic(backend: LlamaCppBackend) -> None:
     )
 
 
+def test_a_streamed_reply_comes_in_pieces_that_make_the_chat_reply(backend: LlamaCppBackend) -> None:
+    params = SamplingParams(max_tokens=24)
+    pieces = list(backend.stream("Say something about rivers.", params))
+    assert len(pieces) > 1 and "".join(pieces) == backend.chat("Say something about rivers.", params).text
+
+
+def test_a_stream_closed_early_stops_and_the_backend_goes_on(backend: LlamaCppBackend) -> None:
+    stream = backend.stream("Count from one to one hundred.", SamplingParams(max_tokens=200))
+    assert next(stream)
+    stream.close()  # type: ignore[attr-defined]
+    assert backend.chat("Name one planet.", SamplingParams(max_tokens=8)).ok
+
+
+def test_the_model_size_comes_from_its_gguf_file(backend: LlamaCppBackend) -> None:
+    assert 130_000_000 < (backend.parameter_count() or 0) < 140_000_000  # SmolLM2-135M
+
+
 def test_json_schema_constrains_the_reply(backend: LlamaCppBackend) -> None:
     result = backend.chat("Describe a large city as JSON.", SamplingParams(max_tokens=48, json_schema=SCHEMA))
     data = json.loads(result.text)
