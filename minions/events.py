@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "AnswerToken",
     "CancelToken",
     "Event",
     "EventSink",
@@ -96,6 +97,15 @@ class Notice(Event):
     kind: ClassVar[str] = "notice"
     message: str
     level: str = "warning"
+
+
+@dataclass(frozen=True)
+class AnswerToken(Event):
+    """A piece of an answer the local model is writing, as it comes; the final answer may still replace it (a
+    written answer that states what its quotes do not: ``protocols.written``)."""
+
+    kind: ClassVar[str] = "answer_token"
+    text: str
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from .choice import default_protocol, missing_remote, needs_remote
 from .factory import PROTOCOLS, get_protocol
 from .minion import Minion
 from .minions_protocol import Minions
-from .options import Budget, InputError, RunOptions
+from .options import AnswerMode, Budget, InputError, RunOptions
 from .redact import Redactor
 from .result import Citation, EgressLog, EgressRecord, Evidence, JobRecord, RoundRecord, RunResult
 from .retrieval import BM25
@@ -25,6 +25,7 @@ __all__ = [
     "PROTOCOLS",
     "RAG",
     "Answer",
+    "AnswerMode",
     "BaseProtocol",
     "Budget",
     "Citation",

@@ -23,6 +23,7 @@ from .ranking import lexical_rank, word_order
 from .reading import chunk_evidence, evidence, read
 from .result import Citation, Evidence
 from .schemas import Answer
+from .written import written_answer
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
 
@@ -114,7 +115,9 @@ class LocalOnly(BaseProtocol):
     """Nothing leaves the device (unless the local model is on another machine: then its prompts are recorded as
     egress). The local model reads the chunks that rank best for the task, picks in each the sentence that answers
     it (``protocols.reading``), and the answer is the best-ranked quote with its place; when no chunk has one, the
-    answer says so instead of inventing one."""
+    answer says so instead of inventing one. A capable local model (``answer="write"``, the default from 1B
+    parameters) writes the answer from those quotes instead, citing them; what it writes stands only where its
+    quotes state every figure and name in it (``protocols.written``)."""
 
     name: ClassVar[str] = "local"
 
@@ -135,6 +138,7 @@ class LocalOnly(BaseProtocol):
         failed = sum(r.failed_in_backend for r in reading.records)
         searched = ctx.ranking.chunks if ctx.ranking is not None else len(chunks)
         ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=searched, failed=failed)
+        ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
 
 
 def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from minions.chunking import DEFAULT_CHUNK_SIZE, ChunkBy
 from minions.cost import PriceTable, default_price_table
 from minions.errors import ConfigError
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "Budget", "InputError", "RunOptions"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "AnswerMode", "Budget", "InputError", "RunOptions"]
+
+AnswerMode = Literal["auto", "write", "quote"]
 
 
 class InputError(ConfigError, ValueError):
@@ -61,6 +63,10 @@ class RunOptions:
     """Local reading: the local model names the line of each read chunk that answers, and its labels'
     log-probabilities score the chunk's best sentences (backends that report log-probabilities); off, it picks
     one through a JSON schema whose alternatives are the sentences."""
+    answer: AnswerMode = "auto"
+    """Local reading: "write", the local model writes a short answer from the quotes it picked, citing them (kept
+    only where every figure and name in it is in the quotes it cites: ``protocols.written``); "quote", the answer
+    is the best quote with its place; "auto", "write" for a model of ``WRITE_FROM_PARAMETERS`` or more."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""
@@ -91,6 +97,8 @@ class RunOptions:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}.")
         if self.chunk_by not in get_args(ChunkBy):
             raise InputError(f"chunk_by must be one of {', '.join(get_args(ChunkBy))}, got {self.chunk_by!r}.")
+        if self.answer not in get_args(AnswerMode):
+            raise InputError(f"answer must be one of {', '.join(get_args(AnswerMode))}, got {self.answer!r}.")
         if not 0 <= self.overlap < self.chunk_size:
             raise InputError(f"overlap must be at least 0 and below chunk_size, got {self.overlap}.")
         if self.max_retries < 0:

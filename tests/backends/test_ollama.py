@@ -282,3 +282,30 @@ def test_real_ollama_server_runs_a_batch_in_parallel() -> None:
     results = backend.batch(jobs)
     assert all(r.ok and r.text.strip() for r in results), [r.error for r in results]
     assert backend.check_model() is None or backend.check_model() > 0  # the server described the model
+
+
+@pytest.mark.live
+def test_real_ollama_server_writes_an_answer_that_stands_on_its_quotes_or_is_replaced() -> None:
+    """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m). The server describes the
+    model's size (``/api/show``), and the answer it writes (forced: a 135M model would quote) streams and stands
+    only where its cited quotes state its figures and names; else the quote answer, with the figure, replaces it."""
+    from pathlib import Path
+
+    from minions.documents import load_document
+    from minions.events import AnswerToken, Event
+    from minions.protocols import LocalOnly
+    from minions.protocols.written import unsupported
+
+    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    assert (backend.parameter_count() or 0) > 0
+    demo = load_document(Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md")
+    question = "What was Northwind's total revenue in 2025?"
+    events: list[Event] = []
+    run = LocalOnly(backend, answer="write").run(question, [demo], events=events.append)
+    record = run.reading["answer"]
+    assert record["written"] == "".join(e.text for e in events if isinstance(e, AnswerToken)).strip()
+    if record["replaced"]:
+        assert "$31.8 million" in run.answer and record["why"] in run.notes[-1]
+    else:
+        cited = [run.citations[n - 1] for n in record["cited"]]
+        assert cited and unsupported(run.answer, [question, *(c.text for c in cited), demo.name]) == []

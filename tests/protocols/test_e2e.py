@@ -148,3 +148,48 @@ def test_the_demo_question_is_answered_from_its_sentence(local):
 
     assert "$31.8 million" in result.answer and "$24.6 million" in result.answer
     assert result.citations[0].label.startswith("northwind-annual-report-2025.md line ")
+
+
+def test_smollm2_asked_to_write_is_checked_and_never_passed_on_unchecked(local):
+    """Forced to write (``auto`` quotes for a 135M model), SmolLM2's answer streams, and it stands only where its
+    cited quotes state every figure and name in it; else the quote answer, with the figure and its line, replaces
+    it and the result says why."""
+    from minions.events import AnswerToken, Event
+    from minions.protocols.written import answer_mode, unsupported
+
+    question = "What was Northwind's total revenue in 2025?"
+    events: list[Event] = []
+    result = LocalOnly(local, answer="write").run(question, [load_document(DEMO)], events=events.append)
+
+    record = result.reading["answer"]
+    assert (
+        record["mode"] == "write"
+        and record["written"] == "".join(e.text for e in events if isinstance(e, AnswerToken)).strip()
+    )
+    if record["replaced"]:
+        assert "$31.8 million" in result.answer and "northwind-annual-report-2025.md, line 27" in result.answer
+        assert record["why"] in result.notes[-1]
+    else:
+        cited = [result.citations[n - 1] for n in record["cited"]]
+        assert result.answer == record["written"] and cited
+        assert unsupported(result.answer, [question, *(c.text for c in cited), *(c.document for c in cited)]) == []
+    assert answer_mode("auto", local) == ("quote", "llamacpp/default has 135M parameters (its model file or server)")
+
+
+def test_a_written_answer_streams_from_a_local_model_behind_a_server(openai_server, doc):
+    """The written answer through the OpenAI SDK's stream from the real server on 127.0.0.1: it comes in pieces,
+    and what came is what was checked."""
+    from minions.backends.openai import OpenAIBackend
+    from minions.events import AnswerToken, Event
+
+    local = OpenAIBackend(
+        "smollm2", base_url=openai_server, context_window=4096, timeout=60, json_schema_style="json_object"
+    )
+    events: list[Event] = []
+    result = LocalOnly(local, chunk_size=400, answer="write").run(TASK, [doc], events=events.append)
+
+    pieces = [e.text for e in events if isinstance(e, AnswerToken)]
+    record = result.reading["answer"]
+    assert len(pieces) > 1 and record["written"] == "".join(pieces).strip()
+    assert (result.answer == record["written"]) is (record["replaced"] is False)
+    assert result.usage["local"].calls == len(result.jobs) + 1
