@@ -26,6 +26,7 @@ from minions.errors import MinionsError, UnknownProviderError
 from minions.events import CancelToken, Event, JobToken, Notice, emit
 from minions.protocols import (
     PROTOCOLS,
+    AnswerMode,
     Budget,
     RunOptions,
     RunResult,
@@ -61,6 +62,8 @@ class Settings(BaseModel):
     budget_usd: float | None = Field(default=None, gt=0)
     redact: bool = False
     max_rounds: int = Field(default=RunOptions.max_rounds, ge=1, le=10)
+    answer: AnswerMode = RunOptions.answer
+    """``local``: whether the local model writes its answer from its quotes (``RunOptions.answer``)."""
 
     @field_validator("remote", mode="before")
     @classmethod
@@ -80,7 +83,7 @@ class Settings(BaseModel):
 
     def options(self) -> dict[str, Any]:
         """Keyword options for ``get_protocol``."""
-        opts: dict[str, Any] = {"max_rounds": self.max_rounds, "redact": self.redact}
+        opts: dict[str, Any] = {"max_rounds": self.max_rounds, "redact": self.redact, "answer": self.answer}
         if self.budget_tokens is not None or self.budget_usd is not None:
             opts["budget"] = Budget(max_remote_tokens=self.budget_tokens, max_remote_usd=self.budget_usd)
         return opts
@@ -241,7 +244,7 @@ class Runner:
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def sink(event: Event) -> None:
-            if not isinstance(event, JobToken):  # token by token is too chatty for a progress view
+            if not isinstance(event, JobToken):  # a job's tokens are too chatty for a progress view (not the answer's)
                 push(event)
 
         def work() -> None:

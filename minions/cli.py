@@ -19,7 +19,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from minions.errors import ConfigError, MinionsError
 from minions.paths import DATA_ENV
@@ -85,9 +85,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
         options["chunk_by"] = args.chunk_by
     if args.max_rounds is not None:
         options["max_rounds"] = args.max_rounds
+    if args.answer is not None:
+        options["answer"] = args.answer
     from minions.render import LiveProgress
 
-    with LiveProgress(enabled=(not args.json and sys.stderr.isatty()) or args.progress) as progress:
+    shown = (not args.json and sys.stderr.isatty()) or args.progress
+    with LiveProgress(enabled=shown, answer=None if args.json else sys.stdout) as progress:
         if args.library is not None:
             result = _ask_library(args, question, paths, local, remote, name, options, progress.sink)
         else:
@@ -97,7 +100,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        _print_result(result, local_name=local.name, remote_name=remote.name if remote else None)
+        _print_result(
+            result, local_name=local.name, remote_name=remote.name if remote else None, streamed=progress.streamed
+        )
     if result.error:
         # What the run had is printed above; the failure itself is the one-line error.
         raise MinionsError(result.error)
@@ -126,10 +131,10 @@ def _ask_library(
         return library.ask(question, list(names) or None, events=events)
 
 
-def _print_result(result: RunResult, *, local_name: str, remote_name: str | None) -> None:
+def _print_result(result: RunResult, *, local_name: str, remote_name: str | None, streamed: str) -> None:
     from minions.render import print_result
 
-    print_result(result, local_name=local_name, remote_name=remote_name)
+    print_result(result, local_name=local_name, remote_name=remote_name, streamed=streamed)
 
 
 # -- models ----------------------------------------------------------------------------------------------
@@ -215,10 +220,15 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
         "background_load",
         "noise",
         "turn",
+        "draft",
     )
     config = _given(SpecBenchConfig(), args, names)
     if args.batches:
         config = replace(config, batches=tuple(args.batches))
+    if args.target:
+        from minions.backends.llamacpp.deep_bench import deep_bench
+
+        return _print_lines(deep_bench(args.data, config, args.target))
     return _print_lines(speculative_bench(args.data, config))
 
 
@@ -229,6 +239,13 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
     _add_data_option(spec, "FinanceBench checkout or its pdfs/ folder")
     spec.add_argument("--model", help="GGUF file to measure, a hybrid one too (default: the shipped SmolLM2)")
+    spec.add_argument(
+        "--target",
+        metavar="deep|PATH",
+        help="measure a draft model's pair: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF; "
+        "first its tok/s beside the draft's, its T(k)/T(1) and the pair's agreement",
+    )
+    spec.add_argument("--draft", metavar="PATH", help="a draft model (same vocabulary; with --target: SmolLM2)")
     spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
@@ -410,6 +427,8 @@ def _print_lines(lines: Iterable[Mapping[str, Any]]) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from minions.protocols.factory import PROTOCOLS
+    from minions.protocols.options import AnswerMode, RunOptions
+    from minions.protocols.written import WRITE_FROM_PARAMETERS
 
     parser = argparse.ArgumentParser(prog="minions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -434,6 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--chunk-size", type=int, help="chunk size (characters, tokens or pages, per --chunk-by)")
     ask.add_argument("--chunk-by", choices=("chars", "tokens", "pages", "sections"))
     ask.add_argument("--max-rounds", type=int, help="most rounds of local work the remote model may ask for")
+    ask.add_argument(
+        "--answer",
+        choices=get_args(AnswerMode),
+        help="local: the local model writes a short answer from its quotes, citing them, kept only where they state "
+        f"every figure and name in it (write), or answers with the best quote (quote); default {RunOptions.answer}: "
+        f"write for a model of {WRITE_FROM_PARAMETERS / 1e9:g}B parameters or more",
+    )
     ask.set_defaults(func=cmd_ask)
 
     models = sub.add_parser("models", help="list the configured, available and pulled models; pull one")

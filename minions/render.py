@@ -6,23 +6,28 @@ import sys
 import threading
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from minions.events import Event, JobFailed, JobFinished, Notice, PlanReady, RoundDone
+from minions.events import AnswerToken, Event, JobFailed, JobFinished, Notice, PlanReady, RoundDone
 from minions.types import Usage
 
 __all__ = ["LiveProgress", "print_models", "print_result", "usage_table"]
 
 
 class LiveProgress:
-    """A progress bar of local jobs, per round, on stderr. ``sink`` is the event sink to pass to a run."""
+    """A progress bar of local jobs, per round, on stderr. ``sink`` is the event sink to pass to a run.
 
-    def __init__(self, *, enabled: bool = True, console: Console | None = None) -> None:
+    ``answer``: where an answer the local model writes goes as it comes (the bar ends when it starts); what went
+    there is ``streamed``, for ``print_result``."""
+
+    def __init__(self, *, enabled: bool = True, console: Console | None = None, answer: TextIO | None = None) -> None:
         self.enabled = enabled
+        self.answer = answer
+        self.streamed = ""
         self.console = console or Console(stderr=True)
         self._progress = Progress(
             TextColumn("{task.description}"),
@@ -47,6 +52,8 @@ class LiveProgress:
             self._progress.stop()
 
     def sink(self, event: Event) -> None:
+        if isinstance(event, AnswerToken):
+            self._stream(event.text)
         if not self.enabled:
             return
         with self._lock:
@@ -59,6 +66,16 @@ class LiveProgress:
                 self._progress.update(self._task, description=f"round {event.round}: done")
             elif isinstance(event, Notice):
                 self.console.print(f"[yellow]{event.level}:[/yellow] {event.message}")
+
+    def _stream(self, text: str) -> None:
+        if self.answer is None:
+            return
+        with self._lock:
+            if self.enabled and not self.streamed:
+                self._progress.stop()
+            self.streamed += text
+            self.answer.write(text)
+            self.answer.flush()
 
 
 def _fmt_usd(x: float) -> str:
@@ -114,15 +131,30 @@ def _clip(quote: str, limit: int = 160) -> str:
     return quote[: cut if cut > 0 else limit].rstrip(" ,;:") + " …"
 
 
-def print_result(result: Any, *, local_name: str, remote_name: str | None, console: Console | None = None) -> None:
-    """Print a protocol's ``RunResult``: the answer, its citations, notes, and the usage table."""
+def print_result(
+    result: Any, *, local_name: str, remote_name: str | None, console: Console | None = None, streamed: str = ""
+) -> None:
+    """Print a protocol's ``RunResult``: the answer, its citations, notes, and the usage table.
+
+    ``streamed``: the written answer already printed as it came (``LiveProgress``); kept, it is not printed again
+    and its citations are numbered as it cites them; replaced, a line says why and the quote answer follows."""
     # Piped output gets a wide table rather than rich's 80-column default.
     out = console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
-    out.print(result.answer or "[no answer]", markup=False, highlight=False)
-    for c in result.citations[:5]:
-        out.print(f'  [{c.label}] "{_clip(c.text)}"', markup=False, highlight=False)
+    written = result.reading.get("answer", {})
+    kept = written.get("replaced") is False
+    why = written.get("why") or "the run stopped while it was written"
+    if streamed:
+        out.print()
+        if not kept:
+            out.print(f"not kept: {why}; the quote answer:", style="yellow", markup=False, highlight=False)
+    if not (streamed and kept):
+        out.print(result.answer or "[no answer]", markup=False, highlight=False)
+    for i, c in enumerate(result.citations[:5], 1):
+        number = f"[{i}] " if kept else ""
+        out.print(f'  {number}[{c.label}] "{_clip(c.text)}"', markup=False, highlight=False)
     for note in result.notes:
-        out.print(f"note: {note}", style="yellow", markup=False)
+        if not (streamed and written.get("why") and written["why"] in note):  # said above
+            out.print(f"note: {note}", style="yellow", markup=False)
     library = result.reading.get("library")
     if library:  # asked of a library: which documents were searched, and why
         searched = _library_line(library, result.timings)

@@ -233,6 +233,10 @@ function renderMessage(m) {
     const why = r.notes.join(" ") || "the run did not finish.";
     bubble.append(el("div", { class: "note", text: (m.status === "cancelled" ? "Stopped: " : "Incomplete: ") + why }));
   }
+  const written = r.reading && r.reading.answer;
+  if (written && written.replaced) {
+    bubble.append(el("div", { class: "note", text: `The local model's written answer was replaced by its quote: ${written.why}.` }));
+  }
   bubble.append(renderCitations(r.citations));
   bubble.append(renderCost(r, meta));
   bubble.append(el("div", { class: "summary-line", text: runSummary(r, meta) }));
@@ -404,6 +408,14 @@ function onProgress(view, ev) {
     updateHead(view, ev.decision === "final" ? "Writing the answer" : `Round ${ev.round} done`);
   } else if (ev.kind === "notice") {
     view.log.append(el("div", { class: "notice", text: `⚠ ${ev.message}` }));
+  } else if (ev.kind === "answer_token") {
+    // the local model writes its answer: shown as it comes; the checked answer replaces the whole view
+    if (!view.draft) {
+      view.draft = el("div", { class: "answer-text draft" });
+      view.log.after(view.draft);
+      updateHead(view, "Writing the answer");
+    }
+    view.draft.textContent += ev.text;
   } else if (ev.kind === "final") {
     updateHead(view, "Answer ready");
   }
@@ -540,6 +552,7 @@ async function loadSettings() {
   $("#set-protocol").value = s.protocol;
   syncProtocols();
   $("#set-max-rounds").value = s.max_rounds;
+  $("#set-answer").value = s.answer || "auto";
   $("#set-budget-tokens").value = s.budget_tokens ?? "";
   $("#set-budget-usd").value = s.budget_usd ?? "";
   $("#set-redact").checked = !!s.redact;
@@ -550,7 +563,7 @@ async function saveSettings(event) {
   const num = (id) => ($(id).value === "" ? null : Number($(id).value));
   const body = {
     local: $("#set-local").value.trim(), remote: $("#set-remote").value.trim() || null,
-    protocol: $("#set-protocol").value, max_rounds: num("#set-max-rounds"),
+    protocol: $("#set-protocol").value, max_rounds: num("#set-max-rounds"), answer: $("#set-answer").value,
     budget_tokens: num("#set-budget-tokens"), budget_usd: num("#set-budget-usd"), redact: $("#set-redact").checked,
   };
   try {

@@ -218,3 +218,49 @@ def test_a_folder_of_filings_is_added_file_by_file_and_a_question_finds_its_fili
         assert "from ULTABEAUTY_2023Q4_EARNINGS.pdf" in answer.text and "of 5 documents" in answer.text
         browser.save_screenshot(str(tmp_path / "library.png"))
         (Path("/tmp") / "minions-library.png").write_bytes((tmp_path / "library.png").read_bytes())
+
+
+class SlowWriter(ScriptedBackend):
+    """A local model of 3B parameters (by its name) that quotes the revenue fact, and writes ``text`` a word every
+    0.2 s when asked to answer from its quotes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__("scripted/llama3.2:3b", responder=local_reply)
+        self.text = text
+
+    def stream(self, messages: Any, params: SamplingParams | None = None) -> Any:
+        for word in self.text.split(" "):
+            time.sleep(0.2)
+            yield word + " "
+
+
+def test_a_written_answer_streams_into_the_page_then_stands_or_is_replaced_with_the_reason(
+    browser: Any, make_app: AppFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(make_pdf(report_pages()))
+    writer = SlowWriter("Revenue in fiscal 2023 was $4.2 billion, up 12 percent [1].")
+    with LiveServer(make_app(writer, None)) as server:
+        open_page(browser, server.url + "/")
+        assert css(browser, "#set-answer")[0].get_attribute("value") == "auto"
+        css(browser, "#doc-upload")[0].send_keys(str(pdf))
+        wait(browser, lambda d: css(d, "#doc-list .doc"))
+
+        css(browser, "#question")[0].send_keys(QUESTION)
+        css(browser, "#ask")[0].click()
+        draft = wait(browser, lambda d: [e for e in css(d, ".progress .draft") if e.text.startswith("Revenue in")])
+        assert "[1]" not in draft[0].text  # seen while it was written
+        browser.save_screenshot(str(tmp_path / "writing.png"))
+        answer = wait(browser, lambda d: css(d, '.msg.assistant[data-status="ok"]'))[0]
+        assert css(answer, ".answer-text")[0].text == writer.text
+        assert css(answer, ".citation")[0].text == "[1] report.pdf p.2" and not css(answer, ".note")
+
+        writer.text = "Revenue in fiscal 2023 was $4.9 billion [1]."
+        css(browser, "#question")[0].send_keys(QUESTION)
+        css(browser, "#ask")[0].click()
+        wait(browser, lambda d: len(css(d, '.msg.assistant[data-status="ok"]')) == 2, timeout=30)
+        replaced = css(browser, '.msg.assistant[data-status="ok"]')[-1]
+        assert css(replaced, ".answer-text")[0].text.startswith("$4.2 billion, according to report.pdf, p.2")
+        assert "'$4.9 billion' is not in the quotes it cites" in css(replaced, ".note")[0].text
+        browser.save_screenshot(str(tmp_path / "replaced.png"))

@@ -301,3 +301,35 @@ def test_a_client_that_disconnects_cancels_the_run_and_the_partial_answer_is_kep
     assert "Cancelled" in answer["meta"]["result"]["notes"][0]
     ran = [j for j in answer["meta"]["result"]["jobs"] if j["ok"]]
     assert planned > 16 and len(ran) < planned  # the jobs left when the tab closed never ran
+
+
+def test_a_written_answer_streams_to_the_page_and_the_answer_setting_turns_it_off(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a remote model the app runs ``local``; a 3B local model (by its name) writes its answer, which
+    streams as progress events; ``answer: quote`` in the settings keeps it to the quote."""
+    from minions.protocols.prompts import render
+
+    written = "Revenue in fiscal 2023 was $4.2 billion [1]."
+
+    def reply(messages: list[Message], params: SamplingParams) -> str:
+        return written if messages[0].content == render("written_system") else local_reply(messages, params)
+
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    with TestClient(make_app(ScriptedBackend("scripted/llama3.2:3b", responder=reply), None), base_url=BASE) as client:
+        upload(client)
+        _, events = ask(client, "What was revenue in fiscal 2023?")
+        tokens = [
+            e["event"]["text"] for e in events if e["type"] == "progress" and e["event"]["kind"] == "answer_token"
+        ]
+        answer = events[-1]["message"]
+        assert "".join(tokens) == answer["content"] == written
+        assert answer["meta"]["result"]["reading"]["answer"]["cited"] == [1]
+
+        settings = client.get("/api/settings").json()
+        assert settings["answer"] == "auto"
+        assert client.put("/api/settings", json={**settings, "answer": "essay"}).status_code in (400, 422)
+        assert client.put("/api/settings", json={**settings, "answer": "quote"}).status_code == 200
+        _, events = ask(client, "What was revenue in fiscal 2023?")
+        assert not [e for e in events if e["type"] == "progress" and e["event"]["kind"] == "answer_token"]
+        assert events[-1]["message"]["content"].startswith("$4.2 billion, according to report.pdf")

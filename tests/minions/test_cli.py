@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,52 @@ def test_a_failure_of_ours_is_one_line_too(capsys, monkeypatch) -> None:
     assert code == 1 and err.strip() == (
         "minions: internal error: RuntimeError: a bug of ours (--debug shows the traceback)"
     )
+
+
+def writer(text: str) -> Any:
+    """A local model of 3B parameters (by its name) whose jobs find the demo's revenue sentence, and that writes
+    ``text`` when asked to answer from its quotes."""
+    from minions.backends.scripted import ScriptedBackend
+    from minions.protocols.prompts import render
+    from tests.protocols.helpers import quote_reply
+
+    def reply(messages: list[Any], params: Any) -> str:
+        if messages[0].content == render("written_system"):
+            return text
+        return quote_reply(params, "Total revenue for 2025", "$31.8 million")
+
+    return ScriptedBackend("scriptedw/llama3.2:3b", responder=reply)
+
+
+def ask_writer(capsys, monkeypatch, register_provider, text: str, *flags: str) -> str:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    register_provider("scriptedw", lambda model: writer(text))
+    question = "What was total revenue for 2025?"
+    code, out, _ = run_cli(capsys, "ask", str(EXAMPLE), question, "--local", "scriptedw/llama3.2:3b", *flags)
+    assert code == 0
+    return out
+
+
+def test_ask_prints_a_written_answer_once_as_it_comes_with_its_numbered_citations(
+    capsys, monkeypatch, register_provider
+) -> None:
+    out = ask_writer(capsys, monkeypatch, register_provider, "Total revenue for 2025 was $31.8 million [1].")
+    assert out.startswith("Total revenue for 2025 was $31.8 million [1].\n")
+    assert out.count("$31.8 million [1]") == 1 and "  [1] [northwind-annual-report-2025.md line 27] " in out
+
+
+def test_ask_says_why_a_written_answer_is_replaced_and_prints_the_quote_answer(
+    capsys, monkeypatch, register_provider
+) -> None:
+    out = ask_writer(capsys, monkeypatch, register_provider, "Total revenue for 2025 was $42 million [1].")
+    written, why, quote = out.splitlines()[:3]
+    assert written == "Total revenue for 2025 was $42 million [1]."
+    assert why == "not kept: '$42 million' is not in the quotes it cites; the quote answer:"
+    assert quote == "$31.8 million, according to northwind-annual-report-2025.md, line 27:"
+    assert "note: The local model's written answer was replaced" not in out  # said once, above
+
+
+def test_ask_answer_quote_keeps_a_capable_model_to_its_quote(capsys, monkeypatch, register_provider) -> None:
+    out = ask_writer(capsys, monkeypatch, register_provider, "never asked", "--answer", "quote")
+    assert out.startswith("$31.8 million, according to northwind-annual-report-2025.md, line 27:")
+    assert "never asked" not in out and "  [northwind-annual-report-2025.md line 27] " in out
