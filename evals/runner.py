@@ -220,6 +220,14 @@ def make_config(
     )
 
 
+def with_library(config: EvalConfig, library: str | Path | None) -> EvalConfig:
+    """``config`` as a run over one library records it (``library`` in its dataset options): a library run and
+    a run over each item's own documents are two configurations, with two fingerprints."""
+    if library is None:
+        return config
+    return replace(config, dataset_options={**config.dataset_options, "library": True})
+
+
 def dataset_library(dataset: Dataset, path: str | Path) -> Library:
     """A library at ``path`` holding every document of ``dataset``'s items (those there already are kept)."""
     library = Library(path)
@@ -263,10 +271,8 @@ def run_eval(
     remote_backend = resolve(remote) if remote is not None else None
     the_judge = Judge(resolve(judge)) if judge is not None else None
     runner = get_protocol(protocol, local_backend, remote_backend, **options)
-    config = make_config(dataset, runner.name, local_backend, remote_backend, options, the_judge)
+    config = with_library(make_config(dataset, runner.name, local_backend, remote_backend, options, the_judge), library)
     shared = dataset_library(dataset, library) if library is not None else None
-    if shared is not None:
-        config = replace(config, dataset_options={**config.dataset_options, "library": True})
     selected = select_items(dataset.items, ids=ids, sample=sample, seed=seed, limit=limit)
     with ResultsFile(out, config) as results:
         done = results.finished(retry_errors=retry_errors)
@@ -354,7 +360,8 @@ def run_grid(
     **kwargs: Any,
 ) -> list[RunSummary]:
     """``run_eval`` for every dataset x protocol x (local, remote) pair; each configuration gets its own file in
-    ``out_dir``, named after it and its fingerprint, so a grid resumes file by file. ``kwargs`` go to
+    ``out_dir``, named after it and its fingerprint, so a grid resumes file by file (a ``library`` run's name
+    says so: ``<dataset>-library__...``, never a run's over each item's own documents). ``kwargs`` go to
     ``run_eval`` (``sample``, ``seed``, ``limit``, ``concurrency``, ``protocol_options``, ``judge``, ...)."""
     summaries = []
     pairs = [(resolve(local), resolve(remote) if remote is not None else None) for local, remote in model_pairs]
@@ -370,7 +377,9 @@ def run_grid(
                     kwargs.get("protocol_options") or {},
                     Judge(judge) if judge else None,
                 )
-                name = f"{dataset.name}__{config.protocol}__{_slug(local.name)}__{_slug(config.remote)}"
+                config = with_library(config, kwargs.get("library"))
+                over = "-library" if kwargs.get("library") is not None else ""
+                name = f"{dataset.name}{over}__{config.protocol}__{_slug(local.name)}__{_slug(config.remote)}"
                 out = Path(out_dir) / f"{name}__{config.fingerprint[:8]}.jsonl"
                 summaries.append(run_eval(dataset, protocol, local, remote, out, **{**kwargs, "judge": judge}))
     return summaries

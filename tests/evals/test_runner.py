@@ -227,6 +227,17 @@ def test_grid_writes_one_file_per_configuration(longhealth, local, remote, tmp_p
     assert [s.ran for s in run_grid([longhealth], ["remote", "local"], [(local, remote)], tmp_path, limit=2)] == [0, 0]
 
 
+def test_a_library_run_in_a_grid_has_its_own_file(longhealth, local, remote, tmp_path) -> None:
+    """A grid run over one library and one over each item's own documents never share (nor resume) a file."""
+    alone = run_grid([longhealth], ["local"], [(local, remote)], tmp_path, limit=1)
+    shared = run_grid([longhealth], ["local"], [(local, remote)], tmp_path, limit=1, library=tmp_path / "lib")
+    assert alone[0].path != shared[0].path and shared[0].path.name.startswith("longhealth-library__local__")
+    assert [alone[0].ran, shared[0].ran] == [1, 1]
+    assert read_results(shared[0].path)[0]["config"]["dataset_options"]["library"] is True
+    again = run_grid([longhealth], ["local"], [(local, remote)], tmp_path, limit=1, library=tmp_path / "lib")
+    assert (again[0].path, again[0].ran, again[0].already_done) == (shared[0].path, 0, 1)
+
+
 def test_concurrent_lines_come_in_finish_order_and_resume_reads_them_by_id(longhealth, local, remote, tmp_path) -> None:
     first_question = longhealth.items[0].question
     others_written = threading.Event()
