@@ -242,10 +242,23 @@ def test_a_server_on_this_machine_is_on_this_device(monkeypatch: pytest.MonkeyPa
     assert OllamaBackend("m", host=host).capabilities.local
 
 
+@pytest.fixture
+def live_ollama() -> OllamaBackend:
+    """The real Ollama server (OLLAMA_HOST, default this machine) with OLLAMA_TEST_MODEL (default smollm2:135m);
+    the test is skipped, saying how to run it, where no Ollama answers."""
+    from minions.backends.ollama import ollama_host
+
+    try:
+        httpx.get(f"{ollama_host()}/api/version", timeout=2.0).raise_for_status()
+    except httpx.HTTPError as exc:
+        pytest.skip(f"no Ollama server at {ollama_host()} ({exc}): run `ollama serve` and pull OLLAMA_TEST_MODEL")
+    return OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+
+
 @pytest.mark.live
-def test_real_ollama_server() -> None:
+def test_real_ollama_server(live_ollama: OllamaBackend) -> None:
     """Needs `ollama serve` and a pulled model: OLLAMA_TEST_MODEL (default smollm2:135m)."""
-    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    backend = live_ollama
     result = backend.chat("Say hello.", SamplingParams(max_tokens=16))
     assert result.text.strip()
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
@@ -253,7 +266,7 @@ def test_real_ollama_server() -> None:
 
 
 @pytest.mark.live
-def test_real_ollama_server_scores_a_job_where_it_reports_logprobs() -> None:
+def test_real_ollama_server_scores_a_job_where_it_reports_logprobs(live_ollama: OllamaBackend) -> None:
     """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m). A server that reports
     log-probabilities scores the demo's jobs by them; one that does not (an older release) takes the schema path;
     either way the question is answered with its quote."""
@@ -262,7 +275,7 @@ def test_real_ollama_server_scores_a_job_where_it_reports_logprobs() -> None:
     from minions.documents import load_document
     from minions.protocols import LocalOnly
 
-    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    backend = live_ollama
     scores = backend.capabilities.logprobs
     if scores:
         result = backend.chat("Which is larger, 3 or 5?", SamplingParams(max_tokens=4, logprobs=5))
@@ -274,10 +287,10 @@ def test_real_ollama_server_scores_a_job_where_it_reports_logprobs() -> None:
 
 
 @pytest.mark.live
-def test_real_ollama_server_runs_a_batch_in_parallel() -> None:
+def test_real_ollama_server_runs_a_batch_in_parallel(live_ollama: OllamaBackend) -> None:
     """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m); OLLAMA_NUM_PARALLEL as
     the server has it."""
-    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    backend = live_ollama
     jobs = [ChatRequest([Message("user", f"Say the number {i}.")], SamplingParams(max_tokens=8)) for i in range(6)]
     results = backend.batch(jobs)
     assert all(r.ok and r.text.strip() for r in results), [r.error for r in results]
@@ -285,7 +298,9 @@ def test_real_ollama_server_runs_a_batch_in_parallel() -> None:
 
 
 @pytest.mark.live
-def test_real_ollama_server_writes_an_answer_that_stands_on_its_quotes_or_is_replaced() -> None:
+def test_real_ollama_server_writes_an_answer_that_stands_on_its_quotes_or_is_replaced(
+    live_ollama: OllamaBackend,
+) -> None:
     """Needs `ollama serve` and a pulled model (OLLAMA_TEST_MODEL, default smollm2:135m). The server describes the
     model's size (``/api/show``), and the answer it writes (forced: a 135M model would quote) streams and stands
     only where its cited quotes state its figures and names; else the quote answer, with the figure, replaces it."""
@@ -296,7 +311,7 @@ def test_real_ollama_server_writes_an_answer_that_stands_on_its_quotes_or_is_rep
     from minions.protocols import LocalOnly
     from minions.protocols.written import unsupported
 
-    backend = OllamaBackend(os.environ.get("OLLAMA_TEST_MODEL", "smollm2:135m"))
+    backend = live_ollama
     assert (backend.parameter_count() or 0) > 0
     demo = load_document(Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md")
     question = "What was Northwind's total revenue in 2025?"
