@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from minions.errors import ConfigError
 
 from .copier import COPIER_ROPE_BASE, HEAD, N_EMBD, copier_tensors
 
-__all__ = ["ARCHITECTURES", "TinySpec", "write_tiny_model"]
+__all__ = ["ARCHITECTURES", "TinySpec", "copy_fields", "finish", "write_tiny_model"]
 
 # Tokenizer fields copied from the source GGUF (the rest of its metadata describes its own weights).
 _TOKENIZER_PREFIX = "tokenizer."
@@ -113,6 +114,11 @@ def write_tiny_model(
             writer.add_tensor(name, gguf.quants.quantize(array.astype(np.float32), q8), raw_dtype=q8)
         else:
             writer.add_tensor(name, array)
+    return finish(writer, out)
+
+
+def finish(writer: Any, out: Path) -> Path:
+    """Write what ``writer`` (a ``GGUFWriter`` for ``out``) holds to ``out``: header, metadata, tensors."""
     out.parent.mkdir(parents=True, exist_ok=True)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -145,10 +151,15 @@ def _write_header(writer: Any, spec: TinySpec, n_vocab: int) -> None:
 
 
 def _copy_tokenizer(writer: Any, source: Any) -> None:
+    copy_fields(writer, source, lambda key: key.startswith(_TOKENIZER_PREFIX))
+
+
+def copy_fields(writer: Any, source: Any, keep: Callable[[str], bool]) -> None:
+    """Copy the metadata fields of ``source`` (a ``GGUFReader``) whose key ``keep`` accepts to ``writer``."""
     import gguf
 
     for key, field in source.fields.items():
-        if not key.startswith(_TOKENIZER_PREFIX):
+        if not keep(key):
             continue
         kind = field.types[0]
         if kind == gguf.GGUFValueType.ARRAY:

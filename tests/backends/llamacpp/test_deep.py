@@ -1,0 +1,104 @@
+"""The widened SmolLM2 target (``backends.llamacpp.deep``): built once, loaded by the engine, close to SmolLM2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from minions.types import ChatRequest, Message, SamplingParams
+
+pytestmark = pytest.mark.slow
+
+SMALL = 256
+"""Hidden units added per layer in these tests (the bench's target adds thousands, in F32)."""
+PROMPTS = (
+    "Write two sentences about the history of the Roman empire.",
+    "Explain in three sentences why the sky is blue.",
+    "List four uses of copper, one sentence each.",
+)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[float, Path]]:
+    """Targets with 256 more hidden units per layer, in SmolLM2's own Q4_0, unperturbed and perturbed, built
+    through ``deep_model`` in a cache dir of their own."""
+    pytest.importorskip("gguf", reason="the gguf package writes the target: pip install -e '.[dev]'")
+    from minions.backends.llamacpp.deep import DeepRecipe, deep_model
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    source = default_local_model()  # converted in the user's cache, before the cache dir moves
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINIONS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield {eps: deep_model(DeepRecipe(SMALL, eps, "Q4_0"), source) for eps in (0.0, 0.1)}
+
+
+def _greedy(path: Path, max_tokens: int = 48) -> list[list[int]]:
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
+
+    engine = Engine(path, EngineConfig(max_seqs=len(PROMPTS), n_threads=1, speculate=False))
+    try:
+        results = engine.run(_jobs(max_tokens), trace_tokens=True)
+    finally:
+        engine.close()
+    return [list(r.stats["token_ids"]) for r in results]
+
+
+def _jobs(max_tokens: int) -> list[ChatRequest]:
+    return [ChatRequest([Message("user", p)], SamplingParams(max_tokens=max_tokens)) for p in PROMPTS]
+
+
+def test_only_the_feed_forward_grows(built: dict[float, Path]) -> None:
+    import gguf
+
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    source, target = gguf.GGUFReader(str(default_local_model())), gguf.GGUFReader(str(built[0.1]))
+    ff = int(source.fields["llama.feed_forward_length"].contents())
+    assert int(target.fields["llama.feed_forward_length"].contents()) == ff + SMALL
+    assert target.fields["tokenizer.ggml.tokens"].contents() == source.fields["tokenizer.ggml.tokens"].contents()
+    theirs = {t.name: t for t in source.tensors}
+    for t in target.tensors:
+        old = theirs[t.name]
+        kind = t.name.split(".")[-2]
+        if kind in ("ffn_gate", "ffn_up"):
+            assert t.shape.tolist() == [old.shape[0], ff + SMALL]
+            assert (t.data[:ff] == old.data).all()  # SmolLM2's hidden units, block for block
+        elif kind == "ffn_down":
+            assert t.shape.tolist() == [ff + SMALL, old.shape[1]]
+            assert (t.data[:, : old.data.shape[1]] == old.data).all()
+        else:
+            assert t.tensor_type == old.tensor_type and (t.data == old.data).all()
+
+
+def test_built_once_and_found_in_the_cache(built: dict[float, Path]) -> None:
+    from minions.backends.llamacpp.deep import DeepRecipe, deep_model
+
+    stamp = built[0.1].stat().st_mtime_ns
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINIONS_CACHE_DIR", str(built[0.1].parent.parent))
+        assert deep_model(DeepRecipe(SMALL, 0.1, "Q4_0"), _source()) == built[0.1]
+    assert built[0.1].stat().st_mtime_ns == stamp
+    assert "ff256-eps0.1-q4_0" in built[0.1].name and built[0.0] != built[0.1]
+
+
+def _source() -> Path:
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    return default_local_model()
+
+
+def test_unperturbed_target_decodes_as_smollm2(built: dict[float, Path]) -> None:
+    """Added units whose outputs weigh nothing leave every reply SmolLM2's, token for token: the widening
+    itself changes nothing, only the perturbation does."""
+    assert _greedy(built[0.0]) == _greedy(_source())
+
+
+def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float, Path]) -> None:
+    from minions.backends.llamacpp.deep_bench import agreement
+
+    report = agreement(built[0.1], _source(), _jobs(48), n_threads=1)
+    assert report["tokens"] >= 60
+    assert 0.6 <= report["agreement"] < 1.0  # mostly SmolLM2's choices, not all of them
+    assert _greedy(built[0.1]) != _greedy(_source())
