@@ -59,6 +59,12 @@ class RunOptions:
     """RAG: chunks sent to the remote model; Minions: chunks per retrieval-scoped job."""
     read_chunks: int = 10
     """Local reading (``local``): chunks the local model reads per question, the best by words."""
+    read_tokens: int | None = 1200
+    """Local reading: prompt tokens the local model may compute for one question, where the backend says what a
+    prompt costs (the embedded engine: a chunk whose state is saved costs only the question after it). Of the best
+    ``read_chunks``, those past this are quoted by words (their best sentence by words) instead of read; the best
+    chunk is always read. On 2 cores SmolLM2 computes some 500 prompt tokens a second, and a chunk is ~400 of
+    them. None: the model reads all ``read_chunks``."""
     score_sentences: bool = True
     """Local reading: the local model names the line of each read chunk that answers, and its labels'
     log-probabilities score the chunk's best sentences (backends that report log-probabilities); off, it picks
@@ -101,6 +107,8 @@ class RunOptions:
             raise InputError(f"answer must be one of {', '.join(get_args(AnswerMode))}, got {self.answer!r}.")
         if not 0 <= self.overlap < self.chunk_size:
             raise InputError(f"overlap must be at least 0 and below chunk_size, got {self.overlap}.")
+        if self.read_tokens is not None and self.read_tokens < 1:
+            raise InputError(f"read_tokens must be at least 1 (or None: no limit), got {self.read_tokens}.")
         if self.max_retries < 0:
             raise InputError(f"max_retries must be 0 or more, got {self.max_retries}.")
 

@@ -3,7 +3,8 @@
     rank      BM25 over the question, with the figure prior (``protocols.ranking.lexical_rank``)
     read      evidence-first jobs (``protocols.jobs``) over the best ``read_chunks``: each picks the sentence of
               its chunk that answers (named by its line's label where the local model reports
-              log-probabilities, else chosen through a schema)
+              log-probabilities, else chosen through a schema); where the backend says what a prompt costs,
+              the chunks past ``read_tokens`` new prompt tokens are quoted by words instead (``within_budget``)
     evidence  what is passed on, in rank order: each chunk's quote (or the chunk, where a job found nothing)
 
 The chunks keep their order by words: on FinanceBench, re-ordering them by the local model's scores (yes/no, as
@@ -18,17 +19,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol, runtime_checkable
 
 from minions.chunking import Chunk
+from minions.types import ChatRequest, SamplingParams
 
 from .aggregate import Finding
 from .context import RunContext
-from .jobs import Job, run_jobs, scores_sentences
+from .jobs import Job, job_request, run_jobs, scores_sentences
 from .ranking import Ranked, lexical_rank
 from .result import Evidence, JobRecord
 
-__all__ = ["RANKED_SHOWN", "Reading", "chunk_evidence", "evidence", "finding_evidence", "read"]
+__all__ = [
+    "BY_WORDS",
+    "RANKED_SHOWN",
+    "PromptCounter",
+    "Reading",
+    "by_words",
+    "chunk_evidence",
+    "evidence",
+    "finding_evidence",
+    "read",
+    "within_budget",
+]
 
+BY_WORDS = "quoted by words: past the prompt tokens the local model may compute for a question (read_tokens)"
+"""A job record's explanation where the model did not read the chunk (``by_words``)."""
 RANKED_SHOWN = 20
 """The head of the ranking kept in ``RunContext.reading["ranked"]`` (document, chunk index), best first."""
 
@@ -57,19 +73,61 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
             ranked = lexical_rank(chunks, query or question, question=question)
     n = min(ctx.options.read_chunks, len(ranked))
     jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk) for i, r in enumerate(ranked[:n])]
-    records = run_jobs(ctx, jobs)
+    by_model = within_budget(ctx, jobs)
+    read_records = iter(run_jobs(ctx, [j for j, model in zip(jobs, by_model, strict=True) if model]))
+    records = [next(read_records) if model else by_words(job) for job, model in zip(jobs, by_model, strict=True)]
+    ctx.jobs.extend(r for r, model in zip(records, by_model, strict=True) if not model)
+    ctx.jobs.sort(key=lambda r: r.job_id)
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]
-    _count(ctx, total, n, ranked, scored=scores_sentences(ctx))
+    _count(ctx, total, n, ranked, scored=scores_sentences(ctx), by_words=by_model.count(False))
     return Reading(ranked, jobs, records)
 
 
-def _count(ctx: RunContext, chunks: int, read: int, ranked: Sequence[Ranked], *, scored: bool) -> None:
+@runtime_checkable
+class PromptCounter(Protocol):
+    """A backend that says what each prompt would cost it now (``LlamaCppBackend``: saved chunk states are free)."""
+
+    def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]: ...
+
+
+def within_budget(ctx: RunContext, jobs: Sequence[Job]) -> list[bool]:
+    """Which of ``jobs`` (best first) the local model reads: the first, then each whose prompt still fits in
+    ``RunOptions.read_tokens`` after those before it; all where there is no limit or the backend cannot say."""
+    budget = ctx.options.read_tokens
+    if budget is None or not jobs or not isinstance(ctx.local, PromptCounter):
+        return [True] * len(jobs)
+    costs = ctx.local.prompt_tokens([job_request(j.instruction, j.chunk, SamplingParams()) for j in jobs])
+    chosen, spent = [], 0
+    for i, cost in enumerate(costs):
+        read = i == 0 or spent + cost <= budget
+        spent += cost if read else 0
+        chosen.append(read)
+    return chosen
+
+
+def by_words(job: Job) -> JobRecord:
+    """A job the model did not read: its chunk's best sentence by words (``quotes.candidates``), quoted."""
+    best = job.options[0].text if job.options else None
+    c = job.chunk
+    return JobRecord(job.job_id, job.round, job.instruction, c.document, c.index, tuple(c.pages), attempts=0,
+                     ok=best is not None, answer=best, citation=best, explanation=BY_WORDS)  # fmt: skip
+
+
+def _count(ctx: RunContext, chunks: int, read: int, ranked: Sequence[Ranked], *, scored: bool, by_words: int) -> None:
     how = "named by the local model (its line's label)" if scored else "chosen by the local model through a schema"
+    budget = (
+        f"; {by_words} of them past the {ctx.options.read_tokens} prompt tokens the model may compute are quoted "
+        "by words (their best sentence by words)"
+        if by_words
+        else ""
+    )
     ctx.reading.update(
         chunks=ctx.reading.get("chunks", 0) + chunks,
         read=ctx.reading.get("read", 0) + read,
+        by_words=ctx.reading.get("by_words", 0) + by_words,
         skipped=ctx.reading.get("skipped", 0) + chunks - read,
-        why=f"chunks ranked by BM25 below the best {read} are not read; in each read chunk a sentence is {how}",
+        why=f"chunks ranked by BM25 below the best {read} are not read{budget}; in each chunk the model reads a "
+        f"sentence is {how}",
         ranked=[[r.chunk.document, r.chunk.index] for r in ranked[:RANKED_SHOWN]],
     )
 

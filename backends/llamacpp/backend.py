@@ -31,6 +31,7 @@ from ..base import BaseBackend, Capabilities, MessagesLike, OnResult
 from ..models import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+from .prefixes import marked_prompt
 from .worker import submit
 
 if TYPE_CHECKING:
@@ -145,6 +146,25 @@ class LlamaCppBackend(BaseBackend):
     def parameter_count(self) -> int | None:
         """The model's parameters, from its GGUF file (loads the model)."""
         return self.engine.model.n_params
+
+    def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]:
+        """The prompt tokens each of ``requests`` would compute now: its whole prompt, less its marked prefix where
+        that prefix's state is saved (``EngineConfig.kv_cache``)."""
+
+        def count(_: CancelToken) -> list[int]:
+            engine = self.engine
+            out = []
+            for request in requests:
+                prompt, n = marked_prompt(engine.model, request.messages, request.prefix)
+                saved = (
+                    engine.prefixes is not None
+                    and n >= engine.config.min_saved_prefix
+                    and prompt[:n] in engine.prefixes
+                )
+                out.append(len(prompt) - (n if saved else 0))
+            return out
+
+        return self._on_llama_thread(count)
 
     def save_prefixes(
         self,

@@ -10,7 +10,7 @@ import pytest
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
 from minions.protocols import RAG, LocalOnly, RemoteOnly
-from minions.types import ChatResult, Timings, Usage
+from minions.types import ChatRequest, ChatResult, Timings, Usage
 
 from .helpers import FACT, SECRET, job_reply
 
@@ -158,3 +158,40 @@ def test_a_question_with_pasted_context_works_locally_and_in_the_minions_fallbac
 
     result = Minions(local, planner, fallback_plan=True, max_rounds=1, max_retries=0).run(question, [doc])
     assert result.jobs and any(j.citation == FACT for j in result.jobs)
+
+
+class CostedBackend(ScriptedBackend):
+    """A local model that says what each prompt would cost it: ``cost`` tokens (a saved chunk costs only the
+    question after it, a new one all of it)."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__("scripted/local", responder=job_reply)
+        self.cost = cost
+        self.asked = 0
+
+    def prompt_tokens(self, requests: list[ChatRequest]) -> list[int]:
+        self.asked += len(requests)
+        return [self.cost for _ in requests]
+
+
+def test_past_its_prompt_budget_the_local_model_quotes_chunks_by_words(doc):
+    question = "What was revenue in fiscal 2023?"
+    cold = LocalOnly(CostedBackend(400), chunk_size=600, read_chunks=4, read_tokens=900).run(question, [doc])
+    # the best chunk and one more fit in 900 new tokens (400 each); the other two are quoted by words
+    assert cold.reading["by_words"] == 2 and len(cold.jobs) == 4
+    by_words = [j for j in cold.jobs if j.attempts == 0]
+    assert [j.job_id for j in by_words] == [2, 3] and all(j.ok and j.citation for j in by_words)
+    assert all(j.citation in doc.text for j in by_words) and "quoted by words" in cold.reading["why"]
+    assert cold.usage["local"].calls == 2 and cold.evidence[0].text == FACT
+    assert cold.answer.startswith("$4.2 billion")
+    # chunks whose states are saved cost only their question: the model reads all four
+    local = CostedBackend(40)
+    warm = LocalOnly(local, chunk_size=600, read_chunks=4, read_tokens=900).run(question, [doc])
+    assert warm.reading["by_words"] == 0 and warm.usage["local"].calls == 4
+    # no limit: the model reads every chunk, and is not asked what they cost
+    unlimited = CostedBackend(400)
+    assert (
+        LocalOnly(unlimited, chunk_size=600, read_chunks=4, read_tokens=None).run(question, [doc]).usage["local"].calls
+        == 4
+    )
+    assert unlimited.asked == 0
