@@ -29,6 +29,16 @@ words, so both read the same ones): the lines add ``compare``, its ``shown`` cur
 read chunks it quoted the same sentence of (``same_quotes`` of ``read``); the summary adds ``compare_shown`` and
 the agreement over all read chunks (``same_quotes``: ``same``, ``read``, ``rate``). It checks that a model on a
 server (``openai-compatible/<model>@<url>``) picks what the embedded engine picks.
+
+With ``dataset`` (``--dataset``) another benchmark whose items have gold evidence (``bamboo-paperqa``: questions
+over papers, evidence placed as spans; ``qasper``): its documents have no pages, so no ``pages_bm25``, and no
+library.
+
+With ``meaning`` (``--meaning``), a meaning signal beside words (``protocols.meaning``: ``wordllama``'s static
+embeddings): the lines add ``meaning``, the filing's chunks by meaning alone, and ``fused``, its best
+``MEANING_DEPTH`` chunks by words re-ordered by reciprocal rank fusion with their order by meaning, one curve per
+weight of ``meaning_weights`` (keyed by the weight); with ``library``, ``library_meaning`` and ``library_fused``
+the same over the routed documents' best ``MEANING_DEPTH`` chunks. The summary carries their curves.
 """
 
 from __future__ import annotations
@@ -50,12 +60,16 @@ from minions.documents import Document
 from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
 from minions.protocols.library import Library, search_library
+from minions.protocols.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
 from minions.protocols.quotes import answer_spans, candidates
-from minions.protocols.ranking import lexical_rank
+from minions.protocols.ranking import Ranked, lexical_rank
 from minions.protocols.reading import chunk_evidence
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.retrieval import BM25
 
+from .cli import dataset_path
+from .datasets import load_dataset
+from .errors import EvalError
 from .evidence import RECALL_AT, evidence_scores
 from .financebench import load_financebench
 from .items import EvalItem
@@ -65,6 +79,10 @@ __all__ = ["EvidenceBenchConfig", "evidence_bench"]
 log = logging.getLogger(__name__)
 
 DEPTH = max(RECALL_AT)
+MEANING_DEPTH = 200
+Curve = dict[str, float | None] | None
+"""Recall @1, @5, @10, @20 (None: the passages were not there to score)."""
+"""The chunks by words that the meaning signal re-orders (``fused``), and a library's that it ranks."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,8 @@ class EvidenceBenchConfig:
     score_sentences: bool = RunOptions.score_sentences
     local: str = "llamacpp/default"
     ids: tuple[str, ...] = ()
+    dataset: str = "financebench"
+    """The benchmark (``minions eval datasets``); only FinanceBench has pages and a library of its filings."""
     lexical_only: bool = False
     """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
     library: bool = False
@@ -82,19 +102,41 @@ class EvidenceBenchConfig:
     """Where the library is built (None: a temporary folder, removed after)."""
     compare_local: str | None = None
     """A second local model that reads the same chunks (the module's docstring)."""
+    meaning: bool = False
+    """Also the meaning signal's curves, alone and fused with words (the module's docstring)."""
+    meaning_weights: tuple[float, ...] = (MEANING_WEIGHT,)
+    """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
 
 
-def _page_passages(doc: Document, question: str) -> list[Evidence]:
+def _page_passages(doc: Document, question: str) -> list[Evidence] | None:
     pages = doc.pages
+    if not pages:
+        return None
     best = BM25([doc.text[p.start : p.end] for p in pages]).top(question, DEPTH)
     return [Evidence(doc.name, "", pages[i].start, pages[i].end, (pages[i].number,), "page") for i in best]
 
 
-def _chunk_passages(chunks: Sequence[Chunk], question: str) -> list[Evidence]:
-    return [chunk_evidence(r.chunk, score=r.score) for r in lexical_rank(chunks, question)[:DEPTH]]
+def _passages(ranked: Sequence[Ranked]) -> list[Evidence]:
+    return [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
 
 
-def _recall(item: EvalItem, passages: Sequence[Evidence]) -> dict[str, float | None]:
+def _meaning(
+    item: EvalItem, ranked: Sequence[Ranked], weights: Sequence[float], *, alone: Sequence[Ranked] | None = None
+) -> tuple[Curve, dict[str, Curve]]:
+    """The recall of ``alone`` (default: ``ranked``) by meaning alone, and of ``ranked``'s best ``MEANING_DEPTH``
+    fused with meaning at each weight (keyed by the weight)."""
+    alone = ranked if alone is None else alone
+    scores = meaning_scores(item.question, [r.chunk.text for r in alone])
+    pool = list(ranked[:MEANING_DEPTH])
+    at = {(r.chunk.document, r.chunk.index): s for r, s in zip(alone, scores, strict=True)}
+    pool_scores = [at[(r.chunk.document, r.chunk.index)] for r in pool]
+    fused = {f"{w:g}": _recall(item, _passages(meaning_fused(pool, pool_scores, weight=w))) for w in weights}
+    return _recall(item, _passages(meaning_order(alone, scores))), fused
+
+
+def _recall(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
+    if passages is None:
+        return None
     scores = evidence_scores(item, passages)
     return {f"@{k}": v for k, v in scores.recall_at.items()}
 
@@ -105,11 +147,14 @@ def _library_line(
     found = search_library(library.index, item.question)
     gold = sorted({g.document for s in item.evidence for g in s})
     line: dict[str, Any] = {
-        "library": _recall(item, [chunk_evidence(r.chunk, score=r.score) for r in found.ranking.ranked[:DEPTH]]),
+        "library": _recall(item, _passages(found.ranking.ranked)),
         "routed": found.route.documents[:3] if found.route.routed else None,
         "routed_first": bool(found.route.routed and found.route.documents[0] in gold),
         "rank_ms": round(found.seconds * 1000, 2),
     }
+    if config.meaning:
+        deeper = search_library(library.index, item.question, k=MEANING_DEPTH).ranking.ranked
+        line["library_meaning"], line["library_fused"] = _meaning(item, deeper, config.meaning_weights)
     if local is not None:
         result = library.ask(item.question)
         line.update(
@@ -137,6 +182,7 @@ def _item_line(
     loaded = time.perf_counter()
     options = RunOptions(read_chunks=config.read_chunks)
     chunks = chunk_documents(docs, by=options.chunk_by, size=options.chunk_size, overlap=options.overlap)
+    by_words = lexical_rank(chunks, item.question)
     line: dict[str, Any] = {
         "item_id": item.id,
         "document": docs[0].name,
@@ -144,9 +190,11 @@ def _item_line(
         "chunks": len(chunks),
         "gold_pages": sorted({p for s in item.evidence for g in s for p in g.pages}),
         "pages_bm25": _recall(item, _page_passages(docs[0], item.question)),
-        "rag": _recall(item, _chunk_passages(chunks, item.question)),
+        "rag": _recall(item, _passages(by_words)),
         "load_s": round(loaded - started, 2),
     }
+    if config.meaning:
+        line["meaning"], line["fused"] = _meaning(item, by_words, config.meaning_weights)
     if local is None:
         return line
     result = _local_run(local, item, docs, config)
@@ -244,8 +292,14 @@ def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None
 
 def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
     """One line per question (see the module's docstring), then the summary line."""
-    root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
-    dataset = load_financebench(root)
+    if config.dataset == "financebench":
+        root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
+        dataset = load_financebench(root)
+    elif config.library:
+        raise EvalError(f"--library asks of FinanceBench's filings, not of {config.dataset}'s documents.")
+    else:
+        root = dataset_path(config.dataset, data)
+        dataset = load_dataset(config.dataset, root)
     items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
     items = items[: config.limit] if config.limit else items
     local = None if config.lexical_only else resolve(config.local)
@@ -274,6 +328,13 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     }
     for key in ("pages_bm25", "rag", "ranking", "shown", "library", "library_shown"):
         summary[key] = _curve(lines, key)
+    if config.meaning:
+        summary["meaning_weights"] = list(config.meaning_weights)
+        for key in ("meaning", "library_meaning"):
+            summary[key] = _curve(lines, key)
+        for key in ("fused", "library_fused"):
+            by_weight = [line[key] for line in lines if key in line]
+            summary[key] = {w: _curve(by_weight, w) for w in by_weight[0]} if by_weight else None
     if config.library:
         summary.update(
             index_s=round(index_s or 0.0, 1),

@@ -50,8 +50,13 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
 
 
 def _data_path(args: argparse.Namespace) -> str:
-    spec = dataset_spec(args.dataset)
-    return str(benchmark_data(DATA_FOLDERS.get(spec.name, spec.name), args.data, expected=spec.expected))
+    return str(dataset_path(args.dataset, args.data))
+
+
+def dataset_path(name: str, data: str | Path | None) -> Path:
+    """Where dataset ``name``'s files are: ``data`` (``--data``), else its folder under ``$MINIONS_DATA``."""
+    spec = dataset_spec(name)
+    return benchmark_data(DATA_FOLDERS.get(spec.name, spec.name), data, expected=spec.expected)
 
 
 def _progress(record: dict[str, Any], done: int, total: int) -> None:

@@ -44,3 +44,16 @@ def test_the_local_side_passes_on_what_it_read_with_its_pages(benchmark_data):
     assert item["ranking"]["@1"] == item["rag"]["@1"]  # the model picks sentences, it leaves the ranking alone
     assert len(item["cited_pages"]) <= 3 and item["rank_s"] >= 0 and item["wall_s"] > 0
     assert summary["shown"] == item["shown"] and summary["scored"]
+
+
+@pytest.mark.slow
+@needs("financebench/data/financebench_open_source.jsonl", "financebench/pdfs/3M_2018_10K.pdf")
+def test_meaning_curves_alone_and_fused_at_each_weight():
+    config = EvidenceBenchConfig(ids=(CAPEX,), lexical_only=True, meaning=True, meaning_weights=(0.5, 1.0))
+    item, summary = evidence_bench(FB, config)
+    assert set(item["fused"]) == {"0.5", "1"} and set(item["meaning"]) == {"@1", "@5", "@10", "@20"}
+    for curve in (item["meaning"], *item["fused"].values()):
+        values = list(curve.values())
+        assert values == sorted(values) and all(v in (0.0, 1.0) for v in values)
+    assert summary["meaning"] == item["meaning"] and summary["fused"] == item["fused"]
+    assert summary["meaning_weights"] == [0.5, 1.0] and summary["library_fused"] is None
