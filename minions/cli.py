@@ -329,10 +329,13 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         score_sentences=not args.no_scores,
         local=args.local or default_local(),
         ids=tuple(args.id or ()),
+        dataset=args.dataset,
         lexical_only=args.lexical_only,
         library=args.library,
         library_dir=args.library_dir,
         compare_local=args.compare_local,
+        meaning=args.meaning,
+        meaning_weights=tuple(args.meaning_weight or EvidenceBenchConfig.meaning_weights),
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -345,7 +348,10 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
 
     d = EvidenceBenchConfig()
     ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
-    _add_data_option(ev, "a FinanceBench checkout")
+    _add_data_option(ev, "a FinanceBench checkout, or --dataset's files")
+    ev.add_argument(
+        "--dataset", default=d.dataset, help="another benchmark with gold evidence, e.g. bamboo-paperqa (no pages)"
+    )
     ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
     ev.add_argument("--id", action="append", help="only this question (repeatable)")
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
@@ -358,6 +364,13 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
     ev.add_argument("--library", action="store_true", help="also ask every question of all the filings in one library")
     ev.add_argument("--library-dir", help="where that library is built or reused (default: a temporary folder)")
+    ev.add_argument("--meaning", action="store_true", help="also a meaning signal (wordllama): alone, fused with words")
+    ev.add_argument(
+        "--meaning-weight",
+        type=float,
+        action="append",
+        help=f"meaning's weight in the fusion, words 1 (repeatable; default {d.meaning_weights[0]:g})",
+    )
     ev.set_defaults(func=cmd_bench_evidence)
 
 
