@@ -54,6 +54,8 @@ class SpecBenchConfig:
     model: str | None = None
     """The GGUF to measure; None: the shipped SmolLM2. A hybrid model (LFM2, Granite 4.0-H, ...) adds its rollback
     cost to the line (``rollback_s``, ``rollbacks``, ``redo_tokens``)."""
+    draft: str | None = None
+    """A draft model (a GGUF with the model's vocabulary): one more drafter of the speculative runs."""
     document: str = "3M_2018_10K.pdf"
     chunks: int = 4
     chunk_tokens: int = 500
@@ -146,7 +148,8 @@ def speculative_bench(
     pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once
     model = c.model or default_local_model()
     sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
-    cfg = EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max, learn_drafts=False)
+    cfg = EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max, learn_drafts=False,
+                       draft_model=c.draft)  # fmt: skip
     engines: list[Engine] = []
     spinners: list[subprocess.Popen[bytes]] = []
     lines = []

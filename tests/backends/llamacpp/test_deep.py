@@ -9,8 +9,6 @@ import pytest
 
 from minions.types import ChatRequest, Message, SamplingParams
 
-pytestmark = pytest.mark.slow
-
 SMALL = 256
 """Hidden units added per layer in these tests (the bench's target adds thousands, in F32)."""
 PROMPTS = (
@@ -49,6 +47,7 @@ def _jobs(max_tokens: int) -> list[ChatRequest]:
     return [ChatRequest([Message("user", p)], SamplingParams(max_tokens=max_tokens)) for p in PROMPTS]
 
 
+@pytest.mark.slow
 def test_only_the_feed_forward_grows(built: dict[float, Path]) -> None:
     import gguf
 
@@ -72,6 +71,7 @@ def test_only_the_feed_forward_grows(built: dict[float, Path]) -> None:
             assert t.tensor_type == old.tensor_type and (t.data == old.data).all()
 
 
+@pytest.mark.slow
 def test_built_once_and_found_in_the_cache(built: dict[float, Path]) -> None:
     from minions.backends.llamacpp.deep import DeepRecipe, deep_model
 
@@ -89,12 +89,14 @@ def _source() -> Path:
     return default_local_model()
 
 
+@pytest.mark.slow
 def test_unperturbed_target_decodes_as_smollm2(built: dict[float, Path]) -> None:
     """Added units whose outputs weigh nothing leave every reply SmolLM2's, token for token: the widening
     itself changes nothing, only the perturbation does."""
     assert _greedy(built[0.0]) == _greedy(_source())
 
 
+@pytest.mark.slow
 def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float, Path]) -> None:
     from minions.backends.llamacpp.deep_bench import agreement
 
@@ -102,3 +104,16 @@ def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float,
     assert report["tokens"] >= 60
     assert 0.6 <= report["agreement"] < 1.0  # mostly SmolLM2's choices, not all of them
     assert _greedy(built[0.1]) != _greedy(_source())
+
+
+def test_chain_bound_follows_the_cost_curve() -> None:
+    """A flat curve lets long chains pay; a steep one caps them; no acceptance leaves plain decoding."""
+    from minions.backends.llamacpp.deep_bench import chain_bound
+
+    flat = {k: 1.0 + 0.02 * (k - 1) for k in range(1, 33)}
+    steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 33)}
+    long = chain_bound(0.9, flat, 0.05)
+    assert long["k"] >= 8 and long["speedup"] > 3.0
+    short = chain_bound(0.9, steep, 0.05)
+    assert short["k"] < long["k"] and 1.0 < short["speedup"] < 1.6
+    assert chain_bound(0.0, flat, 0.05) == {"k": 0, "speedup": 1.0}

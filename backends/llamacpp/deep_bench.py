@@ -1,0 +1,182 @@
+"""``minions bench speculative --target deep|PATH --draft PATH``: speculation measured where it can pay.
+
+``--target deep`` builds (once, then from the cache) SmolLM2 widened into a target that costs what a ~1B model
+costs per token (``deep``), and drafts for it with SmolLM2 itself; ``--target PATH --draft PATH`` measures any
+pair with one vocabulary. Before the speculative bench's lines (``speculative.bench``, run on the target with
+the draft model as one more drafter), three lines say what regime the pair is in:
+
+- ``models``: each model's size and greedy decode tokens per second (best of ``repeats``, interleaved), and
+  ``draft_cost``: the draft's time per token over the target's;
+- ``verify_cost``: the target's ``T(k)/T(1)`` for one sequence, k = 1..32 tokens in a call with logits for
+  each (as a verify call reads them), after a 512-token prefix; median of ``repeats`` rounds over every k;
+- ``agreement``: per setting, the share of the target's greedy reply tokens that the draft's greedy choice
+  given the same text before them equals (the acceptance a draft chain of any length has at each position),
+  over the bench's jobs; and ``chain_bound``, what that acceptance ``a`` and the two measured costs allow a
+  draft chain at batch 1: the best ``E(a, k) / (T(1 + k) / T(1) + k c)`` over ``k``, where ``E(a, k) = 1 + a +
+  ... + a^k`` tokens come from a step that verifies ``1 + k`` tokens and drafts ``k`` at ``c`` (``draft_cost``)
+  each. Where it is near 1, the curve is too steep for speculation (and for token trees, which verify more).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bench import BenchConfig, find_document, load_chunks
+from .speculative.bench import SpecBenchConfig, _jobs, speculative_bench
+
+__all__ = ["VERIFY_TOKENS", "agreement", "chain_bound", "deep_bench", "resolve_pair", "verify_costs"]
+
+VERIFY_TOKENS = tuple(range(1, 33))
+"""The call sizes of ``verify_cost``."""
+PREFIX = 512
+"""Tokens in the sequence before the timed calls (a job's excerpt and instruction)."""
+
+
+def resolve_pair(target: str, draft: str | None) -> tuple[Path, Path]:
+    """``deep`` (the default recipe, built once) or a GGUF path; the draft defaults to the engine's SmolLM2."""
+    from .deep import deep_model
+    from .quantize import default_local_model
+
+    target_path = deep_model() if target == "deep" else Path(target)
+    return target_path, Path(draft) if draft else default_local_model()
+
+
+def verify_costs(
+    path: Path, *, n_threads: int, tokens: Sequence[int] = VERIFY_TOKENS, repeats: int = 5
+) -> dict[int, float]:
+    """Seconds of one call over ``k`` tokens of one sequence, logits for each, for every ``k`` in ``tokens``."""
+    from .ffi import LlamaContext, LlamaModel, TokenBatch
+
+    model = LlamaModel(path)
+    most = max(tokens)
+    ctx = LlamaContext(model, seq_ctx=PREFIX + most + 16, n_seq_max=1, n_batch=max(PREFIX, most),
+                       n_threads=n_threads, n_outputs=most)  # fmt: skip
+    batch = TokenBatch(model.lib, max(PREFIX, most))
+    times: dict[int, list[float]] = {k: [] for k in tokens}
+    try:
+        batch.clear()
+        batch.add([(17 * i + 11) % model.n_vocab for i in range(PREFIX)], 0, 0, logits_last=True)
+        ctx.decode(batch)
+        for round_ in range(repeats + 1):
+            for k in tokens if round_ else (tokens[0], tokens[-1]) * 2:  # warming up: building, repacking
+                batch.clear()
+                batch.add([(31 * j + 7) % 1000 for j in range(k)], PREFIX, 0, logits_last=False)
+                batch.want[:k] = 1
+                start = time.perf_counter()
+                ctx.decode(batch)
+                if round_:
+                    times[k].append(time.perf_counter() - start)
+                ctx.seq_rm(0, PREFIX, -1)
+    finally:
+        ctx.close()
+        model.close()
+    return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
+
+
+def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int) -> dict[str, float | int]:
+    """The target's greedy replies to ``jobs`` (plain decoding), and the share of their tokens that the draft's
+    greedy choice after the same tokens equals: one call over each prompt and reply on the draft."""
+    from .engine import Engine, EngineConfig
+    from .ffi import LlamaContext, LlamaModel, TokenBatch
+
+    with_target = Engine(target, EngineConfig(max_seqs=len(jobs), n_threads=n_threads, speculate=False))
+    try:
+        results = with_target.run(jobs, speculate=False, trace_tokens=True)
+    finally:
+        with_target.close()
+    model = LlamaModel(draft)
+    longest = max(len(r.stats["prompt_ids"]) + len(r.stats["token_ids"]) for r in results)
+    ctx = LlamaContext(model, seq_ctx=longest + 16, n_seq_max=1, n_batch=longest, n_threads=n_threads,
+                       n_outputs=longest)  # fmt: skip
+    batch = TokenBatch(model.lib, longest)
+    same = total = 0
+    try:
+        for r in results:
+            prompt, reply = list(r.stats["prompt_ids"]), list(r.stats["token_ids"])
+            batch.clear()
+            batch.add(prompt + reply[:-1], 0, 0, logits_last=False)
+            batch.want[len(prompt) - 1 : batch.n] = 1  # the logits that predict each reply token
+            ctx.decode(batch)
+            guesses = [int(np.argmax(ctx.logits(len(prompt) - 1 + i))) for i in range(len(reply))]
+            same += sum(g == t for g, t in zip(guesses, reply, strict=True))
+            total += len(reply)
+            ctx.seq_rm(0, -1, -1)
+    finally:
+        ctx.close()
+        model.close()
+    return {"agreement": round(same / max(1, total), 3), "tokens": total, "jobs": len(results)}
+
+
+def chain_bound(a: float, costs: dict[int, float], draft_cost: float) -> dict[str, float]:
+    """The draft length ``k`` that maximises a chain's expected speedup at batch 1, and that speedup (the
+    module's docstring); ``k = 0`` is plain decoding, 1.0."""
+    best_k, best = 0, 1.0
+    for k in range(1, max(costs)):
+        emitted = sum(a**i for i in range(k + 1))  # E(a, k) = 1 + a + ... + a^k
+        speedup = emitted / (costs[1 + k] / costs[1] + k * draft_cost)
+        if speedup > best:
+            best_k, best = k, speedup
+    return {"k": best_k, "speedup": round(best, 3)}
+
+
+def _speeds(paths: Sequence[Path], n_threads: int, repeats: int) -> list[float]:
+    from .quantize import measure_speed
+
+    best = [0.0] * len(paths)
+    for _ in range(repeats):  # interleaved: a burst of load falls on both
+        for i, path in enumerate(paths):
+            best[i] = max(best[i], measure_speed(path, n_threads=n_threads)["decode_tok_s"])
+    return best
+
+
+def deep_bench(
+    data: str | os.PathLike[str] | None, config: SpecBenchConfig, target: str = "deep"
+) -> Iterator[dict[str, Any]]:
+    """The three lines of the module's docstring, then the speculative bench on ``target`` (``deep`` or a GGUF)
+    with ``config.draft`` (default: the engine's SmolLM2) as its draft model; each line as soon as it is
+    measured."""
+    from .engine import EngineConfig
+    from .ffi import LlamaModel
+
+    pdf = find_document(data, config.document)  # before minutes of building and measuring
+    target_path, draft_path = resolve_pair(target, config.draft)
+    n_threads = EngineConfig(n_threads=config.n_threads).threads
+    load = os.getloadavg()[0]
+    target_tok_s, draft_tok_s = _speeds((target_path, draft_path), n_threads, max(1, config.repeats))
+    draft_cost = target_tok_s / draft_tok_s
+    yield {
+        "models": {
+            name: {"path": str(p), "size_mb": round(p.stat().st_size / 1e6), "decode_tok_s": round(s, 1)}
+            for name, p, s in (("target", target_path, target_tok_s), ("draft", draft_path, draft_tok_s))
+        },
+        "draft_cost": round(draft_cost, 3),
+        "n_threads": n_threads,
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+    load = os.getloadavg()[0]
+    costs = verify_costs(target_path, n_threads=n_threads, repeats=max(3, config.repeats))
+    yield {
+        "verify_cost": {k: round(s / costs[1], 3) for k, s in costs.items()},
+        "t1_ms": round(costs[1] * 1e3, 1),
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }  # fmt: skip
+    model = LlamaModel(target_path)
+    try:
+        chunks = load_chunks(pdf, model, BenchConfig(chunks=config.chunks, chunk_tokens=config.chunk_tokens))
+    finally:
+        model.close()
+    agreed = {}
+    for setting in config.settings:
+        report = agreement(target_path, draft_path, _jobs(setting, chunks, config), n_threads=n_threads)
+        agreed[setting] = {**report, "chain_bound": chain_bound(float(report["agreement"]), costs, draft_cost)}
+    yield agreed
+    yield from speculative_bench(data, replace(config, model=str(target_path), draft=str(draft_path)))
