@@ -125,6 +125,7 @@ def search_library(
     records = [d for d in index.documents() if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
     found = route(question, profiles, index.document_frequency(tokenize(question)))
+    routed = time.perf_counter()
     if found.routed:
         # one search over the routed documents (each search reads the terms' postings of the whole library),
         # deep enough that the first document's chunks are all there after the others' are weighed down
@@ -139,7 +140,8 @@ def search_library(
         ranked = index.search(question, documents=[d.name for d in records] if documents is not None else None, k=k)
     total = index.chunk_count(found.documents)
     seconds = time.perf_counter() - started
-    about = {**found.to_dict(), "search_s": round(seconds, 4)}
+    about = {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
+             "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
     return LibrarySearch(found, Ranking(ranked[:k], total, about), seconds)
 
 

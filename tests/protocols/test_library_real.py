@@ -37,7 +37,7 @@ def test_a_folder_indexed_then_asked_as_a_library_answers_from_the_document_name
     assert main(["ask", question, "--library", str(library)]) == 0
     out = capsys.readouterr().out
     assert "$31.8 million" in out and "northwind-annual-report-2025.md, line 27" in out
-    assert "searched all 3 documents; search " in out and " ms, prefill " in out
+    assert "searched all 3 documents; route " in out and " ms, rank " in out and " ms, prefill " in out
     assert main(["index", str(folder), "--library", str(library)]) == 0  # again: nothing to read
     assert "0 added, 3 unchanged" in capsys.readouterr().out
     monkeypatch.setenv("MINIONS_LIBRARY", str(library))  # the default library, the question after --library
