@@ -7,7 +7,8 @@ cites them. What it writes is never passed on unchecked:
     mode    ``answer_mode``: ``RunOptions.answer``; "auto" is "write" for a model of ``WRITE_FROM_PARAMETERS`` or
             more (``parameter_count``: the GGUF metadata, the server's description; else the size its name states,
             "llama3.2:3b"), "quote" below that or where the size is unknown
-    write   the prompt (``prompts/written*.j2``); the reply streams as ``AnswerToken`` events
+    write   the prompt (``prompts/written*.j2``); the reply streams as ``AnswerToken`` events, and is cut where
+            it begins to loop (``minions.loops``), which replaces it
     check   ``check_written``: the answer cites at least one quote, only quotes that exist, and every figure and
             every name in it is in the quotes it cites (or the question): ``unsupported``
     decide  kept, or replaced by the quote answer, with the reason in a note and in ``RunResult.reading["answer"]``
@@ -42,10 +43,12 @@ from minions.backends.base import Backend
 from minions.backends.models import size_from_label
 from minions.errors import BackendError
 from minions.events import AnswerToken, emit
+from minions.loops import repeating
 from minions.types import Message, SamplingParams, Usage
 
 from .channel import priced
 from .context import RunContext
+from .jobs import REPEATED_WORDS
 from .options import AnswerMode
 from .prompts import render
 from .result import Citation
@@ -210,13 +213,12 @@ def written_answer(ctx: RunContext, quotes: Sequence[Citation], quote_answer: st
     if mode == "quote":
         return quote_answer
     try:
-        text = _write(ctx, quotes).strip()
+        text, looped = _write(ctx, quotes)
     except BackendError as exc:  # the quotes still answer: say why there is no written answer
         log.warning("the local model failed while writing its answer: %s", exc)
-        check = WrittenCheck((), f"the local model failed while writing ({exc})")
-        text = ""
+        text, check = "", WrittenCheck((), f"the local model failed while writing ({exc})")
     else:
-        check = check_written(text, quotes, ctx.task)
+        check = WrittenCheck((), "it repeats itself") if looped else check_written(text, quotes, ctx.task)
     record.update(written=text, cited=list(check.cited), replaced=not check.ok, why=check.why)
     if check.ok:
         return text
@@ -224,15 +226,17 @@ def written_answer(ctx: RunContext, quotes: Sequence[Citation], quote_answer: st
     return quote_answer
 
 
-def _write(ctx: RunContext, quotes: Sequence[Citation]) -> str:
-    """The local model's answer from ``quotes``, streamed as ``AnswerToken`` events; its usage is counted on the
-    text (a streamed reply does not report it)."""
+def _write(ctx: RunContext, quotes: Sequence[Citation]) -> tuple[str, bool]:
+    """The local model's answer from ``quotes``, streamed as ``AnswerToken`` events, and whether it was cut where
+    it began to loop (``minions.loops``: a small model does not stop on its own). Its usage is counted on the text
+    (a streamed reply does not report it)."""
     shown = [{"place": q.label, "text": q.text} for q in quotes]
     messages = [
         Message("system", render("written_system")),
         Message("user", render("written", quotes=shown, question=ctx.task)),
     ]
     pieces: list[str] = []
+    looped = False
     start = time.perf_counter()
     stream = ctx.local.stream(messages, SamplingParams(max_tokens=WRITE_MAX_TOKENS, temperature=0.0))
     try:
@@ -241,6 +245,9 @@ def _write(ctx: RunContext, quotes: Sequence[Citation]) -> str:
                 pieces.append(piece)
                 emit(ctx.events, AnswerToken(piece))
                 ctx.check_cancelled()
+                if repeating("".join(pieces).split(), min_items=REPEATED_WORDS):
+                    looped = True
+                    break
     finally:
         if isinstance(stream, Generator):
             stream.close()  # stops the decoding where the loop left early
@@ -249,4 +256,4 @@ def _write(ctx: RunContext, quotes: Sequence[Citation]) -> str:
     seconds = time.perf_counter() - start
     usage = Usage(prompt_tokens=prompt, completion_tokens=ctx.local.count_tokens(text), calls=1, seconds=seconds)
     ctx.meter.add("local", priced(ctx.local, usage, ctx.options.price_table))
-    return text
+    return text.strip(), looped

@@ -3,6 +3,9 @@ the run that streams it (scripted local models; the real SmolLM2 in ``test_e2e``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from minions.backends.scripted import ScriptedBackend
@@ -195,3 +198,24 @@ def test_a_run_cancelled_while_the_answer_is_written_keeps_the_quote_answer(doc)
     )
     assert not result.complete and result.answer.startswith("$4.2 billion, according to")
     assert "replaced" not in result.reading["answer"]  # it was never checked, and never passed on
+
+
+def test_a_written_answer_that_loops_is_cut_where_it_begins_to_and_replaced(doc):
+    class WordByWord(ScriptedBackend):
+        closed = False
+
+        def stream(self, messages: Any, params: SamplingParams | None = None) -> Iterator[str]:
+            try:
+                for word in self.chat(messages, params).text.split(" "):
+                    yield word + " "
+            finally:
+                self.closed = True
+
+    loop = "Revenue was $4.2 billion [1]. " + "The revenue was revenue, " * 40
+    local = WordByWord("scripted/llama3.2:3b", responder=writer(loop).responder)
+    events: list[Event] = []
+    result = LocalOnly(local).run(QUESTION, [doc], events=events.append)
+
+    assert result.reading["answer"]["why"] == "it repeats itself" and local.closed
+    assert result.answer.startswith("$4.2 billion, according to report.txt")
+    assert len([e for e in events if isinstance(e, AnswerToken)]) < 30  # of 165 words
