@@ -2,14 +2,15 @@
 
     GET    /                                   the page
     GET    /api/info                           limits and choices the page needs
-    GET    /api/settings   PUT /api/settings   models, protocol, budget, redaction
+    GET    /api/settings   PUT /api/settings   models, protocol, budget, redaction, written or quoted answer
     GET    /api/documents  POST /api/documents upload (multipart ``files``)
     POST   /api/folders                        add the documents in a folder on this machine
     DELETE /api/documents/{id}
     GET    /api/documents/{id}/pages/{n}       a page's text, for a citation
     GET    /api/conversations  POST /api/conversations
     GET    /api/conversations/{id}  DELETE /api/conversations/{id}
-    POST   /api/conversations/{id}/messages    ask: a stream of server-sent events (question, progress, answer)
+    POST   /api/conversations/{id}/messages    ask: a stream of server-sent events (question, progress, answer;
+                                               a written answer's pieces come as progress, then the checked one)
     GET    /v1/models  POST /v1/chat/completions  (openai_api)
 
 The question is stored before the run starts and the answer (or the error) when it ends, so a restart, a

@@ -215,7 +215,8 @@ class RunResult:
     """What reached the remote model (Minions: the findings' quotes, else their chunks; RAG: the retrieved
     chunks; remote: the documents as sent), or for ``local`` what its answer step read; ranked, best first."""
     reading: Mapping[str, Any] = field(default_factory=dict)
-    """How many chunks the local model scored, read and skipped, and why (empty where it read none)."""
+    """How many chunks the local model scored, read and skipped, and why (empty where it read none); for ``local``,
+    under ``"answer"``, whether the local model wrote the answer and whether it stood (``protocols.written``)."""
 
     @property
     def total_usage(self) -> Usage:
