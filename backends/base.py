@@ -194,13 +194,18 @@ class AskingBackend(BaseBackend):
         if not self._logprobs_known:
             with self._asking:
                 if not self._logprobs_known:
-                    self._capabilities = replace(self._capabilities, logprobs=self._reports_logprobs())
+                    self._capabilities = self._asked(self._capabilities)
                     self._logprobs_known = True
         return self._capabilities
 
     @capabilities.setter
     def capabilities(self, declared: Capabilities) -> None:
         self._capabilities, self._logprobs_known = declared, True
+
+    def _asked(self, declared: Capabilities) -> Capabilities:
+        """``declared`` with what the server says it does: whether it reports log-probabilities (subclasses that
+        ask it more add to it)."""
+        return replace(declared, logprobs=self._reports_logprobs())
 
     def _reports_logprobs(self) -> bool:
         """Whether the server answers a request for log-probabilities with them."""

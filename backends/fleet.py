@@ -98,14 +98,14 @@ class FleetBackend(BaseBackend):
     def capabilities(self) -> Capabilities:
         """What every server does: a job may go to any of them. Reading it the first time asks each server whether
         it reports log-probabilities (``OpenAIBackend.capabilities``); ``batching``: the batch's jobs run on all the
-        servers at once."""
+        servers at once (on one server, where it runs several together)."""
         if self._capabilities is None:
             with ThreadPoolExecutor(len(self.servers)) as pool:  # each server is asked at the same time
                 every = list(pool.map(lambda server: server.capabilities, self.servers))
             self._capabilities = Capabilities(
                 json_schema=all(c.json_schema for c in every),
                 logprobs=all(c.logprobs for c in every),
-                batching=True,
+                batching=len(self.servers) > 1 or all(c.batching for c in every),
                 streaming=True,
                 local=self._local,
                 context_window=min(c.context_window for c in every),

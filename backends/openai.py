@@ -310,10 +310,13 @@ class OpenAIBackend(AskingBackend):
         # ``logprobs``: OpenAI's own API reports them for its chat models (not its reasoning models), and other
         # hosted APIs are taken not to (they are not asked: every call is billed); a server at a custom URL is asked
         # once (llama-cpp-python's, vLLM's and llama.cpp's servers report them, some proxies do not).
+        # ``batching``: a batch's requests go out together (``max_concurrency``); a hosted API runs them together,
+        # a server at a custom URL where it says it has more than one slot (llama-cpp-python's runs one request at
+        # a time and says nothing, so its jobs run one after another: ``_asked``).
         capabilities = Capabilities(
             json_schema=True,
             logprobs=self._hosted_logprobs(),
-            batching=False,
+            batching=not self._custom_url,
             streaming=True,
             local=on_this_device(self.address),
             context_window=context_window or context_window_for(model),
@@ -411,6 +414,13 @@ class OpenAIBackend(AskingBackend):
             return None
         log.info("%s runs %d requests at once", self.endpoint, slots)
         return slots
+
+    def _asked(self, declared: Capabilities) -> Capabilities:
+        """What the server says: whether it reports log-probabilities, and whether it runs requests together (its
+        slots, asked here too: ``slots`` would wait on the lock the caller holds)."""
+        if not self._slots_known:
+            self._slots, self._slots_known = self._server_slots(), True
+        return replace(declared, logprobs=self._reports_logprobs(), batching=(self._slots or 1) > 1)
 
     def _hosted_logprobs(self) -> bool:
         reasoning = self.model.lower().startswith(_REASONING_PREFIXES)

@@ -135,6 +135,14 @@ class ChatRequest:
     prefix: PromptPrefix | None = None
     """The shared prefix worth keeping (a document chunk before the question), if any."""
 
+    def shared_text(self) -> tuple[str, ...] | None:
+        """The text of the marked ``prefix`` (the messages before it, then the start of its own); None where none
+        is marked. Requests with the same shared text share a prompt state wherever one is kept."""
+        if self.prefix is None:
+            return None
+        head = [m.content for m in self.messages[: self.prefix.message]]
+        return (*head, self.messages[self.prefix.message].content[: self.prefix.chars])
+
 
 @dataclass(frozen=True, slots=True)
 class ChatResult:

@@ -36,7 +36,17 @@ from .result import JobRecord
 from .retrieval import tokenize
 from .schemas import JobOutput
 
-__all__ = ["Job", "job_messages", "job_request", "looping", "pick_sentence", "run_jobs", "scores_sentences"]
+__all__ = [
+    "Job",
+    "job_messages",
+    "job_request",
+    "looping",
+    "pick_sentence",
+    "prefix_order",
+    "run_jobs",
+    "scored_request",
+    "scores_sentences",
+]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +104,13 @@ def job_request(instruction: str, chunk: Chunk, params: SamplingParams, ask: Ask
     return ChatRequest(messages, params, prefix=PromptPrefix(1, len(excerpt)))
 
 
+def scored_request(instruction: str, chunk: Chunk) -> ChatRequest:
+    """A scored job's request (a backend that reports log-probabilities): the reply names the line that answers,
+    and its label token's top log-probabilities score the chunk's lines."""
+    params = SamplingParams(max_tokens=SCORE_REPLY_TOKENS, stop=SCORE_STOP, logprobs=SCORE_TOP_TOKENS)
+    return job_request(instruction, chunk, params, "label")
+
+
 def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
     # Samples and retries differ by seed and a little temperature; a first sample is greedy.
     varied = job.sample > 0 or attempt > 0
@@ -109,21 +126,37 @@ def _params(ctx: RunContext, job: Job, attempt: int) -> SamplingParams:
 
 def _call(ctx: RunContext, requests: list[ChatRequest], on_result: OnResult) -> list[ChatResult]:
     """``ctx.local.batch``, where a backend that dies takes down its jobs, not the run. The time the batch spent in
-    prefill and in decode (where the backend tells: the local engine does) adds up in ``ctx.timings``."""
+    prefill and in decode (where the backend tells: the local engine does) adds up in ``ctx.timings``. A backend
+    that runs its jobs one after another (no ``batching``) gets them in ``prefix_order``."""
     if not requests:
         return []
     backend = ctx.local
+    order = list(range(len(requests))) if backend.capabilities.batching else prefix_order(requests)
     with ctx.timed("local"):
         try:
-            results = backend.batch(requests, on_result=on_result, cancel=ctx.cancel)
+            sent = backend.batch(
+                [requests[i] for i in order], on_result=lambda k, r: on_result(order[k], r), cancel=ctx.cancel
+            )
         except BackendError as exc:
             log.warning("local batch of %d jobs failed: %s", len(requests), exc)
             return [error_result(backend.name, exc) for _ in requests]
+    by_index = dict(zip(order, sent, strict=True))
+    results = [by_index[i] for i in range(len(requests))]
     batch = next((r.stats["batch"] for r in results if isinstance(r.stats.get("batch"), dict)), None)
     if batch is not None:
         for key in ("prefill_s", "decode_s"):
             ctx.timings[f"local_{key}"] = ctx.timings.get(f"local_{key}", 0.0) + float(batch.get(key, 0.0))
     return results
+
+
+def prefix_order(requests: Sequence[ChatRequest]) -> list[int]:
+    """The indices of ``requests`` with those that share a marked prefix (a chunk) next to each other, groups in the
+    order of their first request: a server that runs one prompt at a time and keeps the last one's state
+    (llama-cpp-python's) then computes a chunk once for all the questions over it."""
+    groups: dict[object, list[int]] = {}
+    for i, request in enumerate(requests):
+        groups.setdefault(request.shared_text() or i, []).append(i)
+    return [i for group in groups.values() for i in group]
 
 
 def _parse(job: Job, result: ChatResult) -> tuple[JobOutput | None, BaseException | None]:
@@ -260,8 +293,7 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
     whose distribution over the labels scores every candidate at once. The chunk is the prompt's prefix (saved
     and restored by a local engine), so a question computes only itself: some 40 tokens a chunk. A choice by
     scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
-    params = SamplingParams(max_tokens=SCORE_REPLY_TOKENS, stop=SCORE_STOP, logprobs=SCORE_TOP_TOKENS)
-    requests = [job_request(j.instruction, j.chunk, params, "label") for j in jobs]
+    requests = [scored_request(j.instruction, j.chunk) for j in jobs]
     outcomes: dict[int, Outcome] = {}
 
     def on_result(i: int, result: ChatResult) -> None:

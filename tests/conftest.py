@@ -137,11 +137,21 @@ def _run_server(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Po
 
 
 @pytest.fixture(scope="session")
-def start_openai_server(smollm2_gguf: Path) -> ServerStarter:
+def embedded_gguf() -> Path:
+    """The GGUF file the embedded engine (``llamacpp/default``) runs: the shipped SmolLM2 converted to this CPU's
+    fastest quantization (``backends.llamacpp.quantize``, cached after the first time)."""
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    return default_local_model()
+
+
+@pytest.fixture(scope="session")
+def start_openai_server(embedded_gguf: Path) -> ServerStarter:
     """A context manager factory: ``with start_openai_server() as (base_url, process): ...``; arguments are more
     options of the server's command line (``"--logits_all", "False"``).
 
-    For tests that need a server of their own (to kill it, say); most tests want ``openai_server``.
+    For tests that need a server of their own (to kill it, say); most tests want ``openai_server``. The server
+    serves the embedded engine's own file, so the two compute with the same weights.
     """
     missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
@@ -149,7 +159,7 @@ def start_openai_server(smollm2_gguf: Path) -> ServerStarter:
             f"needs llama-cpp-python with its server extra (missing: {', '.join(missing)}): "
             "run scripts/install-llama-cpp, then pip install 'llama-cpp-python[server]' deps"
         )
-    return lambda *options: _run_server(smollm2_gguf, *options)
+    return lambda *options: _run_server(embedded_gguf, *options)
 
 
 @pytest.fixture(scope="session")

@@ -103,7 +103,7 @@ def test_name_capabilities_and_context_windows() -> None:
     assert backend.name == "openai/gpt-4o-mini"
     caps = backend.capabilities
     assert caps.json_schema and caps.logprobs and caps.streaming
-    assert not caps.batching and not caps.local
+    assert caps.batching and not caps.local  # a hosted API runs a batch's requests together
     assert caps.context_window == 128_000
     assert backend.max_concurrency == 8
     assert OpenAIBackend("gpt-4.1-mini").capabilities.context_window == 1_047_576
@@ -280,7 +280,9 @@ def test_a_server_is_asked_once_whether_it_reports_logprobs(answer: httpx.Respon
     backend = local_backend(server)
     assert server.requests == []  # building the backend asks nothing
     assert backend.capabilities.logprobs is reports
-    assert backend.capabilities.logprobs is reports and len(server.requests) == 1
+    # asked once, with its slots (whether it runs requests together: ``batching``)
+    assert backend.capabilities.logprobs is reports and not backend.capabilities.batching
+    assert sorted(r.url.path for r in server.requests) == ["/props", "/v1/chat/completions"]
     asked = server.sent
     assert asked["logprobs"] is True and asked["top_logprobs"] == 1 and asked["max_tokens"] == 1
 
