@@ -4,7 +4,10 @@ Spelled ``openai-compatible/<model>@<url>,<url>,...`` (see ``backends.registry``
 queue; each server takes them ``per_server`` at a time (``MINIONS_SERVER_CONCURRENCY``; unset, as many as the
 server's slots where it reports them, llama.cpp's server does, else ``DEFAULT_PER_SERVER``: servers that batch on
 their own want several requests in flight, and more than they take would only wait in their queue), so a faster
-server simply takes more of them.
+server simply takes more of them. A job whose prompt marks a shared prefix (a document chunk before the question,
+``ChatRequest.prefix``) has a home server, picked from that text: a server takes its own jobs first and others'
+only when none of its own is queued, so the jobs over one chunk, in this batch and the next, meet the server that
+keeps the chunk's state (a server's prompt cache is its own).
 
 A server that fails (refuses connections, drops them, times out, answers with something that is not a
 completion, or lacks the model) is out for the rest of the batch, and the jobs it held go back to the queue for
@@ -19,6 +22,7 @@ retried elsewhere: it would fail there too. ``chat`` takes the servers in turn a
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
@@ -45,7 +49,7 @@ from .base import BaseBackend, Capabilities, MessagesLike, OnResult, cancelled_r
 from .openai import OpenAIBackend, Provider
 from .settings import count_from_env
 
-__all__ = ["DEFAULT_PER_SERVER", "PER_SERVER_ENV", "FleetBackend", "server_concurrency"]
+__all__ = ["DEFAULT_PER_SERVER", "PER_SERVER_ENV", "FleetBackend", "home_server", "server_concurrency"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +173,16 @@ class FleetBackend(BaseBackend):
         return _FleetRun(self, requests, on_result, cancel).run()
 
 
+def home_server(request: ChatRequest, servers: int) -> int | None:
+    """The server (an index) that a request with a marked prefix goes to first: the same for the same prefix text,
+    in every batch; None for a request without one."""
+    text = request.shared_text()
+    if text is None:
+        return None
+    digest = hashlib.blake2b("\0".join(text).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % servers
+
+
 class _FleetRun:
     """One batch over the fleet. Every job ends with a result: answered, failed on its own, cancelled, or failed
     because every server did."""
@@ -186,6 +200,7 @@ class _FleetRun:
         self.cancel = cancel
         self.results: list[ChatResult | None] = [None] * len(requests)
         self.queue: deque[int] = deque(range(len(requests)))
+        self.home = [home_server(r, len(fleet.servers)) for r in requests]
         self.left = len(requests)  # jobs without a result yet
         self.up = set(range(len(fleet.servers)))
         self.failures: list[str] = []
@@ -212,8 +227,16 @@ class _FleetRun:
                 if server not in self.up or self.left == 0:
                     return None
                 if self.queue:
-                    return self.queue.popleft()
+                    return self._take(server)
                 self.cond.wait()
+
+    def _take(self, server: int) -> int:
+        """The first queued job whose home is ``server``, else the first queued job (held by the caller's lock)."""
+        for k, i in enumerate(self.queue):
+            if self.home[i] == server:
+                del self.queue[k]
+                return i
+        return self.queue.popleft()
 
     def _work(self, s: int) -> None:
         server = self.fleet.servers[s]

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from minions.backends.address import host_of
-from minions.backends.fleet import DEFAULT_PER_SERVER, PER_SERVER_ENV, FleetBackend
+from minions.backends.fleet import DEFAULT_PER_SERVER, PER_SERVER_ENV, FleetBackend, home_server
 from minions.backends.openai import DEFAULT_CONCURRENCY, OpenAIBackend
 from minions.backends.registry import resolve
 from minions.errors import UnknownProviderError
-from minions.types import ChatRequest, Message, SamplingParams
+from minions.types import ChatRequest, Message, PromptPrefix, SamplingParams
 from tests.conftest import ServerStarter
 from tests.loopback import LoopbackServer, serving
 
@@ -153,6 +153,30 @@ def test_jobs_spread_over_the_servers_bounded_per_server(two: tuple[EchoServer, 
     assert max(a.peak, b.peak) <= 2  # never more than per_server in flight on one server
     assert sorted(done) == list(range(16))
     assert Counter(r.stats["server"] for r in results) == {a.base_url: a.served, b.base_url: b.served}
+
+
+def chunk_jobs(chunks: list[str], question: str) -> list[ChatRequest]:
+    """Jobs as the local side writes them: the chunk first, marked as the shared prefix, the question after."""
+    return [
+        ChatRequest(
+            [Message("user", f"{c}\n\nQuestion: {question}")], SamplingParams(max_tokens=4), PromptPrefix(0, len(c))
+        )
+        for c in chunks
+    ]
+
+
+def test_the_jobs_over_a_chunk_go_to_the_same_server_batch_after_batch(two: tuple[EchoServer, EchoServer]) -> None:
+    a, b = two
+    fleet = FleetBackend("m", [a.base_url, b.base_url], per_server=1)
+    candidates = [f"Chunk {k} of the filing." for k in range(40)]
+    homes = {c: home_server(chunk_jobs([c], "q")[0], 2) for c in candidates}
+    assert set(homes.values()) == {0, 1}  # the chunks spread over both servers
+    chunks = [c for c in candidates if homes[c] == 0][:2] + [c for c in candidates if homes[c] == 1][:2]
+    urls = (a.base_url, b.base_url)
+    for question in ("What was revenue?", "What was net income?"):
+        results = fleet.batch(chunk_jobs(chunks, question))
+        assert [r.stats["server"] for r in results] == [urls[homes[c]] for c in chunks]
+    assert a.served == b.served == 4
 
 
 def test_a_dead_server_loses_no_job(two: tuple[EchoServer, EchoServer]) -> None:
