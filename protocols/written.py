@@ -15,7 +15,7 @@ cites them. What it writes is never passed on unchecked:
 
 ``reading["answer"]`` says what happened::
 
-    {"mode": "write" | "quote", "because": "llamacpp/default has 135M parameters (its model file)",
+    {"mode": "write" | "quote", "because": "ollama/llama3.2 has 3.2B parameters (its model file or server)",
      "written": "Revenue was $31.8 million [1].", "cited": [1], "replaced": False, "why": None}
 
 (``written``, ``cited``, ``replaced`` and ``why`` only where the model wrote.) The citations stay the quotes it
@@ -36,7 +36,7 @@ import re
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
 
 from minions.backends.base import Backend
@@ -106,22 +106,21 @@ def _size(count: int) -> str:
 # -- the check ---------------------------------------------------------------------------------------------------
 def _figures(text: str) -> list[tuple[str, Decimal, int]]:
     """The figures of ``text``: (as written, the number, its power of ten: 6 for "million", 0 without a scale)."""
-    out = []
-    for m in _FIGURE.finditer(text):
-        try:
-            number = Decimal(m.group("number").replace(",", ""))
-        except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
-            continue
-        scale = (m.group("scale") or "").lower()
-        out.append((m.group(0).strip(), number, _SCALE.get(scale, 0)))
-    return out
+    return [
+        (
+            m.group(0).strip(),
+            Decimal(m.group("number").replace(",", "")),
+            _SCALE.get((m.group("scale") or "").lower(), 0),
+        )
+        for m in _FIGURE.finditer(text)
+    ]
 
 
 def _values(text: str) -> set[Decimal]:
     """Every number ``text`` states, as written and at its scale ("$31.8 million": 31.8 and 31800000)."""
     out = set()
     for _, number, power in _figures(text):
-        out |= {number.normalize(), (number.scaleb(power)).normalize()}
+        out |= {number.normalize(), number.scaleb(power).normalize()}
     return out
 
 
@@ -133,7 +132,7 @@ def unsupported(answer: str, sources: Sequence[str]) -> list[str]:
     text = _MARKER.sub(" ", answer)
     joined = "\n".join(sources)
     values = _values(joined)
-    words = {w.lower() for w in _WORD.findall(joined)} | {_bare(w).lower() for w in _WORD.findall(joined)}
+    words = {w.lower() for found in _WORD.findall(joined) for w in (found, _bare(found))}
     missing: list[str] = []
     for written, number, power in _figures(text):
         if number.scaleb(power).normalize() not in values:
