@@ -58,8 +58,9 @@ __all__ = ["WRITE_FROM_PARAMETERS", "WrittenCheck", "answer_mode", "check_writte
 log = logging.getLogger(__name__)
 
 WRITE_FROM_PARAMETERS = 1_000_000_000
-"""The size from which "auto" lets the local model write its answer: SmolLM2-135M copies its prompt or invents
-figures when asked to write; Llama 3.2 3B and its peers answer from quotes and cite them."""
+"""The size from which "auto" lets the local model write its answer. SmolLM2-135M, asked to write, loops or invents
+(docs/local-reading.md); the 1B-8B models docs/local-models.md recommends are the ones meant to write (none of them
+was run here: this machine has no such model), and the check guards what any of them writes."""
 WRITE_MAX_TOKENS = 200
 """A written answer is a few sentences."""
 
