@@ -26,8 +26,9 @@ the ``library`` curve, ``rank_ms_median``, ``index_s`` and how often routing put
 
 With ``compare_local`` (``--compare-local M``), a second local model reads the same chunks (the ranking is by
 words, so both read the same ones): the lines add ``compare``, its ``shown`` curve, its wall time and how many
-read chunks it quoted the same sentence of (``same_quotes`` of ``read``); the summary adds ``compare_shown`` and
-the agreement over all read chunks (``same_quotes``: ``same``, ``read``, ``rate``). It checks that a model on a
+read chunks it quoted the same sentence of (``same_quotes`` of ``read``, the chunks whose jobs answered in both
+runs; ``failed``: the others); the summary adds ``compare_shown``, the agreement over all read chunks
+(``same_quotes``: ``same``, ``read``, ``rate``) and ``compare_failed``. It checks that a model on a
 server (``openai-compatible/<model>@<url>``) picks what the embedded engine picks.
 
 With ``dataset`` (``--dataset``) another benchmark whose items have gold evidence (``bamboo-paperqa``: questions
@@ -224,13 +225,16 @@ def _local_run(local: Backend, item: EvalItem, docs: Sequence[Document], config:
 
 def _compared(item: EvalItem, ours: RunResult, theirs: RunResult) -> dict[str, Any]:
     """The second model's run beside the first's: its ``shown`` curve, its wall time, and over the chunks both
-    read, how many it quoted the same sentence of (no quote in both counts as the same)."""
-    quotes = {(j.document, j.chunk): j.citation for j in theirs.jobs}
-    both = [(j.citation, quotes[(j.document, j.chunk)]) for j in ours.jobs if (j.document, j.chunk) in quotes]
+    read (their jobs answered), how many it quoted the same sentence of (no quote in both counts as the same);
+    ``failed``: chunks whose job failed in either run (a server that timed out, say)."""
+    theirs_by_chunk = {(j.document, j.chunk): j for j in theirs.jobs}
+    pairs = [(j, theirs_by_chunk[(j.document, j.chunk)]) for j in ours.jobs if (j.document, j.chunk) in theirs_by_chunk]
+    both = [(a.citation, b.citation) for a, b in pairs if a.ok and b.ok]
     return {
         "shown": _recall(item, theirs.evidence),
         "read": len(both),
         "same_quotes": sum(a == b for a, b in both),
+        "failed": len(pairs) - len(both),
         "wall_s": round(theirs.timings.get("total_s", 0.0), 2),
         "error": theirs.error,
     }
@@ -346,6 +350,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         summary["compare_shown"] = _curve(compared, "shown")
         same, read = sum(c["same_quotes"] for c in compared), sum(c["read"] for c in compared)
         summary["same_quotes"] = {"same": same, "read": read, "rate": round(same / read, 3) if read else None}
+        summary["compare_failed"] = sum(c["failed"] for c in compared)
         summary["compare_wall_s_median"] = sorted(c["wall_s"] for c in compared)[len(compared) // 2]
     picks = [line["picks"] for line in lines if "picks" in line]
     if picks:

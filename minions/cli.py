@@ -377,7 +377,11 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
     from minions.protocols.fleet_bench import FleetBenchConfig, fleet_bench
 
-    config = _given(FleetBenchConfig(local=args.local), args, ("document", "jobs", "max_tokens", "pairs", "per_server"))
+    config = _given(
+        FleetBenchConfig(local=args.local),
+        args,
+        ("document", "jobs", "max_tokens", "pairs", "per_server", "cold_warm", "rounds"),
+    )
     return _print_lines(fleet_bench(config))
 
 
@@ -392,6 +396,14 @@ def _add_bench_fleet_parser(kinds: Any) -> None:
     fleet.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
     fleet.add_argument("--pairs", type=int, help=f"timed pairs, one server then the fleet (default {d.pairs})")
     fleet.add_argument("--per-server", type=int, help=f"requests in flight per server (default {d.per_server})")
+    fleet.add_argument(
+        "--cold-warm",
+        action="store_true",
+        help="the embedded engine, one server and the fleet: a question over unread chunks, then another",
+    )
+    fleet.add_argument(
+        "--rounds", type=int, help=f"--cold-warm rounds, each setting on another slice (default {d.rounds})"
+    )
     fleet.set_defaults(func=cmd_bench_fleet)
 
 
