@@ -128,6 +128,22 @@ def test_no_import_cycles(folder: str) -> None:
     assert _cycles(folder) == []
 
 
+ENGINES = {"llama_cpp", "torch", "transformers", "minions.backends.llamacpp", "minions.backends.pytorch"}
+
+
+def test_speculation_is_backend_neutral() -> None:
+    """``backends/speculation`` serves the llama.cpp engine and the PyTorch backend alike: it imports neither
+    engine, nor their libraries (not even lazily: a drafter that needs a model gets it from its engine)."""
+    folder = ROOT / "backends" / "speculation"
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted(folder.rglob("*.py"))
+        for name in sorted(_imports(path, _module_name(path)))
+        if any(name == e or name.startswith(f"{e}.") for e in ENGINES)
+    ]
+    assert found == []
+
+
 def test_cycles_are_found() -> None:
     """The cycle check itself: two modules importing each other (lazily, in a function) are one group."""
     import tempfile

@@ -5,7 +5,8 @@ Modules, each importing only those listed before it:
 - ``ffi``: typed wrappers over the C API (model, context, batch) and ``import_llama_cpp``.
 - ``slots``: which sequence holds which tokens, and prefix sharing between them.
 - ``sampling``: grammars, samplers and the text stream of a sequence.
-- ``speculative``: drafters, acceptance rules and the depth chooser for speculative decoding.
+- ``speculative``: speculative decoding's llama.cpp parts (the cost table, a draft model, its benchmark); the rest
+  is ``backends.speculation``, whichever engine.
 - ``scheduler``: one engine run: admission, batched prefill and decode, verification.
 - ``engine``: the batching engine (``Engine``, ``EngineConfig``).
 - ``worker``: the one thread of the process that decodes.

@@ -12,8 +12,8 @@ prefill, and each decode step reads all the weights to make one token. Here (con
 - each job samples with its own chain (JSON-schema grammar, greedy or seeded temperature), stops on its own
   stop strings and token limit, and streams its text through ``on_token(job_index, text)``;
 - with ``speculate`` (the default), each generating job's step carries a draft of the tokens that may come
-  next (``backends.llamacpp.speculative``: its own text, replies seen before, the JSON skeleton of its schema), verified
-  in the same call; the job keeps the tokens its own sampler confirms, so the reply is the one plain decoding
+  next (``backends.speculation``: its own text, replies seen before, the JSON skeleton of its schema), verified in
+  the same call; the job keeps the tokens its own sampler confirms, so the reply is the one plain decoding
   gives, token for token, in fewer steps.
 
 Memory: each of ``max_seqs`` sequences has a KV stream of ``seq_ctx`` cells, so a running job can never run
@@ -46,18 +46,71 @@ from minions.errors import BackendError, ConfigError, ContextLengthError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message
 
+from ..settings import cpu_threads
+from ..speculation.depth import CostTable
+from ..speculation.drafters import Drafter
+from ..speculation.speculator import K_MAX, NullSpeculator, Speculator, default_drafters
+from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
 from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, EngineConfig, EngineSequence, Lane, OnResult, OnToken, Scheduler
-from .speculative.depth import CostTable, load_or_measure_cost_table
-from .speculative.drafters import Drafter, DraftModel
-from .speculative.speculator import Speculator, default_drafters
+from .scheduler import BatchStats, EngineSequence, Lane, OnResult, OnToken, Scheduler
+from .speculative.cost import load_or_measure_cost_table
+from .speculative.draft_model import DraftModel
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    n_ctx: int = DEFAULT_CONTEXT
+    """The most one job (prompt and reply) may use, as the context of the high-level ``Llama``."""
+    seq_ctx: int = 2048
+    """KV cells per batched sequence: jobs up to this size run together; larger ones run alone afterwards."""
+    max_seqs: int = DEFAULT_MAX_SEQS
+    """Jobs in flight at once. KV memory: max_seqs x seq_ctx cells (23 KB each for SmolLM2-135M)."""
+    n_batch: int = 512
+    """Tokens per ``llama_decode`` call: one per generating job, the rest prompt tokens."""
+    n_threads: int | None = None
+    """CPU threads; None: all cores."""
+    share_prefixes: bool = True
+    """Start from KV of common prompt prefixes. Off: every job computes its whole prompt (a baseline)."""
+    min_copy_gain: int = 16
+    """Copy another sequence's prefix only when it saves this many tokens (a stream copy costs a few)."""
+    min_wait_gain: int = 16
+    """A new job waits for a running job's prefill when that will let it copy this many more tokens."""
+    flash_attn: bool = False
+    """Off, as in the high-level API, whose replies the plain engine reproduces token for token. (On, a verify
+    call's logits equal one-token calls' exactly while a sequence holds at most 256 cells; beyond that, and always
+    with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
+    ~1 logit.)"""
+    speculate: bool = True
+    """Speculative decoding of generating jobs (``backends.speculation``): lossless (every token is the one the
+    job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve
+    and the drafts' live acceptance, down to no drafts at all."""
+    k_max: int = K_MAX
+    """The longest draft verified in one step."""
+    draft_depth: int | None = None
+    """A fixed draft length (tests and experiments); None: adaptive."""
+    draft_model: str | None = None
+    """A second, smaller GGUF with the same vocabulary, used as one more drafter."""
+    learn_drafts: bool = True
+    """Keep the speculator's trace caches (n-grams of accepted replies) under ``cache_dir()/speculator``."""
+    kv_cache: bool = True
+    """Save the state of marked prompt prefixes (``ChatRequest.prefix``: a document chunk) to disk and restore it
+    instead of computing it again (``backends.llamacpp.prefixes``); needs ``share_prefixes``."""
+    kv_cache_dir: str | None = None
+    """Where the saved states go; None: ``$MINIONS_KV_CACHE_DIR`` or ``cache_dir()/kv``."""
+    min_saved_prefix: int = 64
+    """Shorter marked prefixes are not saved (a file per few tokens costs more than it saves)."""
+
+    @property
+    def threads(self) -> int:
+        """``n_threads``, or all cores."""
+        return cpu_threads(self.n_threads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +163,7 @@ class Engine:
         self.lane = Lane(self.model, c, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
         self._long_lane: Lane | None = None
         self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
-        self.speculator: Speculator | None = self._speculator() if c.speculate else None
+        self.speculator = self._speculator() if c.speculate else NullSpeculator()
         self.prefixes: PrefixCache | None = self._prefix_cache() if c.kv_cache and c.share_prefixes else None
         self._totals = dict.fromkeys(
             ("batches", "jobs", "decode_calls", "prefill_computed", "prefill_reused", "prefill_restored",
@@ -159,9 +212,9 @@ class Engine:
         """``run``, one step at a time: each ``next()`` makes one step (a decode call and a prompt chunk), and
         the generator returns what ``run`` returns. Time between steps is nobody's: a benchmark lets several
         engines take turns on the cores from one thread. Closing it early ends the run's jobs."""
-        if speculate and self.speculator is None:
+        if speculate and not self.config.speculate:
             raise ConfigError("This engine was made with speculate=False: make it with EngineConfig(speculate=True).")
-        speculator = self.speculator if speculate is None or speculate else None
+        speculator = self.speculator if speculate is None or speculate else NullSpeculator()
         run = Scheduler(
             self.model,
             self.config,
@@ -187,8 +240,7 @@ class Engine:
             run.abandon()  # a callback raised, an interrupt, the steps closed early: free what the jobs held
             raise
         finally:
-            if speculator is not None:
-                speculator.save()
+            speculator.save()
         stats = run.stats()
         for key in ("decode_calls", "prefill_computed", "prefill_reused", "prefill_restored", "decode_tokens"):
             self._totals[key] += getattr(stats, key)
@@ -299,8 +351,7 @@ class Engine:
         return out
 
     def close(self) -> None:
-        if self.speculator is not None:
-            self.speculator.close()
+        self.speculator.close()
         self.grammars.close()
         for lane in (self.lane, self._long_lane):
             if lane is not None:

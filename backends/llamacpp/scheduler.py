@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -23,19 +23,19 @@ from minions.events import CancelToken
 from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
 
-from ..settings import cpu_threads
-from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+from ..speculation.speculator import NO_DRAFT, Draft, DraftStats, Speculator
+from ..speculation.tree import TokenTree, accept
 from .ffi import LlamaContext, LlamaModel, TokenBatch
 from .prefixes import PrefixCache
 from .sampling import GrammarCache, SequenceSampler, TextStream
 from .slots import Slot, SlotTable, common_prefix
-from .speculative.rules import sample_compare
-from .speculative.speculator import NO_DRAFT, Draft, DraftStats, Speculator
+
+if TYPE_CHECKING:
+    from .engine import EngineConfig
 
 __all__ = [
     "UTF8_SLACK",
     "BatchStats",
-    "EngineConfig",
     "EngineSequence",
     "Lane",
     "OnResult",
@@ -53,55 +53,6 @@ OnResult = Callable[[int, ChatResult], None]
 
 # Tokens a job may run past max_tokens: generation goes on while the text ends inside a UTF-8 character.
 UTF8_SLACK = 4
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    n_ctx: int = DEFAULT_CONTEXT
-    """The most one job (prompt and reply) may use, as the context of the high-level ``Llama``."""
-    seq_ctx: int = 2048
-    """KV cells per batched sequence: jobs up to this size run together; larger ones run alone afterwards."""
-    max_seqs: int = DEFAULT_MAX_SEQS
-    """Jobs in flight at once. KV memory: max_seqs x seq_ctx cells (23 KB each for SmolLM2-135M)."""
-    n_batch: int = 512
-    """Tokens per ``llama_decode`` call: one per generating job, the rest prompt tokens."""
-    n_threads: int | None = None
-    """CPU threads; None: all cores."""
-    share_prefixes: bool = True
-    """Start from KV of common prompt prefixes. Off: every job computes its whole prompt (a baseline)."""
-    min_copy_gain: int = 16
-    """Copy another sequence's prefix only when it saves this many tokens (a stream copy costs a few)."""
-    min_wait_gain: int = 16
-    """A new job waits for a running job's prefill when that will let it copy this many more tokens."""
-    flash_attn: bool = False
-    """Off, as in the high-level API, whose replies the plain engine reproduces token for token. (On, a verify
-    call's logits equal one-token calls' exactly while a sequence holds at most 256 cells; beyond that, and always
-    with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
-    ~1 logit.)"""
-    speculate: bool = True
-    """Speculative decoding of generating jobs (``backends.llamacpp.speculative``): lossless (every token is the one the
-    job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve
-    and the drafts' live acceptance, down to no drafts at all."""
-    k_max: int = 8
-    """The longest draft verified in one step."""
-    draft_depth: int | None = None
-    """A fixed draft length (tests and experiments); None: adaptive."""
-    draft_model: str | None = None
-    """A second, smaller GGUF with the same vocabulary, used as one more drafter."""
-    learn_drafts: bool = True
-    """Keep the speculator's trace caches (n-grams of accepted replies) under ``cache_dir()/speculator``."""
-    kv_cache: bool = True
-    """Save the state of marked prompt prefixes (``ChatRequest.prefix``: a document chunk) to disk and restore it
-    instead of computing it again (``backends.llamacpp.prefixes``); needs ``share_prefixes``."""
-    kv_cache_dir: str | None = None
-    """Where the saved states go; None: ``$MINIONS_KV_CACHE_DIR`` or ``cache_dir()/kv``."""
-    min_saved_prefix: int = 64
-    """Shorter marked prefixes are not saved (a file per few tokens costs more than it saves)."""
-
-    @property
-    def threads(self) -> int:
-        """``n_threads``, or all cores."""
-        return cpu_threads(self.n_threads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +181,7 @@ class Scheduler:
         cancel: CancelToken | None,
         trace: bool,
         *,
-        speculator: Speculator | None = None,
+        speculator: Speculator,
         max_active: int | None = None,
         prefixes: PrefixCache | None = None,
     ) -> None:
@@ -239,6 +190,7 @@ class Scheduler:
         self.grammars = grammars
         self.name = name
         self.speculator = speculator
+        """Drafts for each decode step (``speculation.NullSpeculator`` never drafts: plain decoding)."""
         self.prefixes = prefixes if config.share_prefixes else None
         self.max_active = max_active or config.max_seqs
         self.on_token = on_token
@@ -284,8 +236,7 @@ class Scheduler:
             job.slot.job = job
             job.t_admit = time.perf_counter()
             job.sampler = self._sampler(job)
-            if self.speculator is not None:
-                self.speculator.start(job.slot.seq, job.params.json_schema)
+            self.speculator.start(job.slot.seq, job.params.json_schema)
             self.active.append(job)
             self.counts["peak_seqs"] = max(self.counts["peak_seqs"], len(self.active))
             source, n = self._wait_target(job)
@@ -436,12 +387,39 @@ class Scheduler:
         return end - job.n_past if end else k
 
     def _decode(self, jobs: list[EngineSequence]) -> None:
-        """Every generating job's pending token and its draft, ``[pending, d_1 .. d_k]``, in one call with the
-        logits after each; then each job keeps what its own sampler confirms (``_verify``)."""
+        """One decode step of every generating job: plan the drafts, run the call (each job's pending token and its
+        draft, ``[pending, d_1 .. d_k]``, with the logits after each), apply the rule (each job keeps what its own
+        sampler confirms: ``_verify``), report to the speculator."""
         start = time.perf_counter()
-        # the speculator's speed gate may make this step plain
-        drafting = self.speculator is not None and self.speculator.drafting(len(jobs))
+        drafting = self.speculator.drafting(len(jobs))  # the speculator's speed gate may make this step plain
         drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
+        plan, rows = self._fill(jobs, drafts)
+        called = time.perf_counter()
+        if self._call(plan):
+            self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
+            self.counts["decode_steps"] += 1
+            self.counts["verify_tokens"] += self.lane.batch.n
+            before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
+            for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
+                self._verify(job, draft, row)
+            # The whole step, drafting, verifying and rolling back included, but not the sampling: a step samples
+            # once per emitted token whether it speculated or not (a verify stops at the first mismatch), and a
+            # grammar's masking, slow inside JSON's punctuation and fast inside a quoted string, would otherwise
+            # make the speed gate compare the phases of a reply, not the two ways. A step that could draft but
+            # whose drafts were all cut to nothing tested no speculation: it is neither a speculative step (the
+            # gate would judge drafting by steps that verified no draft, and back off from it) nor a plain one (its
+            # drafters ran).
+            verified = any(draft.tokens for draft in drafts)
+            if verified or not drafting:
+                emitted = sum(job.drafts.emitted for job in jobs) - before
+                seconds = time.perf_counter() - start - (self.sample_s - sampling)
+                self.speculator.observe_step(len(jobs), emitted, seconds, drafted=verified)
+        self.times["decode_s"] += time.perf_counter() - start
+
+    def _fill(
+        self, jobs: list[EngineSequence], drafts: list[Draft]
+    ) -> tuple[list[tuple[EngineSequence, list[int]]], list[int]]:
+        """The decode call's batch: each job's tokens (``plan``) and the row of its pending token's logits."""
         batch = self.lane.batch
         batch.clear()
         plan, rows = [], []
@@ -456,32 +434,9 @@ class Scheduler:
             plan.append((job, tokens))
             rows.append(last - len(draft.tokens))
             self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
-        called = time.perf_counter()
-        if self._call(plan):
-            if self.speculator is not None:
-                self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
-            self.counts["decode_steps"] += 1
-            self.counts["verify_tokens"] += batch.n
-            before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
-            for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
-                self._verify(job, draft, row)
-            if self.speculator is not None:
-                # The whole step, drafting, verifying and rolling back included, but not the sampling: a step
-                # samples once per emitted token whether it speculated or not (a verify stops at the first
-                # mismatch), and a grammar's masking, slow inside JSON's punctuation and fast inside a quoted
-                # string, would otherwise make the speed gate compare the phases of a reply, not the two ways.
-                # A step that could draft but whose drafts were all cut to nothing tested no speculation: it is
-                # neither a speculative step (the gate would judge drafting by steps that verified no draft, and
-                # back off from it) nor a plain one (its drafters ran).
-                verified = any(draft.tokens for draft in drafts)
-                if verified or not drafting:
-                    emitted = sum(job.drafts.emitted for job in jobs) - before
-                    seconds = time.perf_counter() - start - (self.sample_s - sampling)
-                    self.speculator.observe_step(len(jobs), emitted, seconds, drafted=verified)
-        self.times["decode_s"] += time.perf_counter() - start
+        return plan, rows
 
     def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
-        assert self.speculator is not None
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
         return self.speculator.propose([
             (_seq_of(j), [*j.prompt, *j.generated],
@@ -491,15 +446,17 @@ class Scheduler:
         ], carried=[1 + len(j.redo) for j in jobs])  # fmt: skip
 
     def _verify(self, job: EngineSequence, draft: Draft, row: int) -> None:
-        """Emit the job's own sampler's tokens while they equal the draft (``speculative.rules.sample_compare``:
-        lossless for greedy and seeded sampling alike), then drop the cells of the rejected draft tokens."""
+        """Emit the job's own sampler's tokens while they equal the draft (``speculation.tree.accept`` over the
+        chain ``[pending, d_1 .. d_k]``, whose node ``i`` has its logits at ``row + i``: lossless for greedy and
+        seeded sampling alike), then drop the cells of the rejected draft tokens."""
         logits, seq = self.lane.ctx.logits, _seq_of(job)
         n_held = job.n_past - len(draft.tokens)  # the cells that hold confirmed tokens: up to the pending one
-        accepted, emitted = sample_compare(draft.tokens, lambda i: self._sample(job, logits(row + i)),
-                                           lambda token: self._emit(job, token))  # fmt: skip
-        job.drafts.record(draft, accepted, len(emitted))
-        if self.speculator is not None:
-            self.speculator.learn(seq, draft, emitted, ended=job.state != "decode")
+        assert job.pending is not None
+        path, emitted = accept(TokenTree.chain(job.pending, draft.tokens), lambda i: self._sample(job, logits(row + i)),
+                               lambda token: self._emit(job, token))  # fmt: skip
+        accepted = len(path) - 1
+        job.drafts.record(draft.drafter, len(draft.tokens), accepted, len(emitted))
+        self.speculator.learn(seq, draft, emitted, ended=job.state != "decode")
         if job.state == "decode" and accepted < len(draft.tokens):
             assert job.slot is not None
             self._rollback(job, n_held + accepted)
@@ -633,8 +590,8 @@ class Scheduler:
         c["prefill_reused"] += job.reused
         c["prefill_restored"] += job.restored
         c["decode_tokens"] += len(job.generated)
-        c["drafted"] += sum(job.drafts.drafted.values())
-        c["accepted"] += sum(job.drafts.accepted.values())
+        c["drafted"] += job.drafts.total_drafted
+        c["accepted"] += job.drafts.total_accepted
         if job.sampler is not None:
             c["full_grammar_passes"] += job.sampler.full_grammar_passes
 
@@ -648,10 +605,8 @@ class Scheduler:
         if slot is None:
             return
         self._resolve_waits()  # jobs waiting for this one copy what it has first
-        if self.speculator is not None:  # drafters learn from a reply, not from an error or a cancelled one
-            self.speculator.finish(
-                slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt)
-            )
+        # drafters learn from a reply, not from an error or a cancelled one
+        self.speculator.finish(slot.seq, [*job.prompt, *job.generated] if keep_prompt else job.prompt, len(job.prompt))
         slots = self.lane.slots
         slots.keep(slot, len(job.prompt) if keep_prompt and self.config.share_prefixes else 0)
         slots.touch(slot)

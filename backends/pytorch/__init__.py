@@ -12,18 +12,14 @@ if TYPE_CHECKING:
     from . import batched
     from .backend import TransformersBackend, resolve_source
     from .decode import Chooser, Decoded, JsonGrammar, Mode, SpecConfig, Speculation, generate, measure_cost
-    from .draft import Acceptance, ContextIndex, ForwardCost, Trie, shape_tree
-    from .draft_model import Calibration, DraftTrees, best_first
     from .hybrid import AttentionState, ReplayState, StateKeeper, has_recurrent_state, state_keeper
-    from .tree import TokenTree, ancestor_mask, keep_path, verify, walk
+    from .tree import ancestor_mask, keep_path, verify
 
 _MODULES = {
     "backend": ("TransformersBackend", "resolve_source"),
     "decode": ("Chooser", "Decoded", "JsonGrammar", "Mode", "SpecConfig", "Speculation", "generate", "measure_cost"),
-    "draft": ("Acceptance", "ContextIndex", "ForwardCost", "Trie", "shape_tree"),
-    "draft_model": ("Calibration", "DraftTrees", "best_first"),
     "hybrid": ("AttentionState", "ReplayState", "StateKeeper", "has_recurrent_state", "state_keeper"),
-    "tree": ("TokenTree", "ancestor_mask", "keep_path", "verify", "walk"),
+    "tree": ("ancestor_mask", "keep_path", "verify"),
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
@@ -40,33 +36,23 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "Acceptance",
     "AttentionState",
-    "Calibration",
     "Chooser",
-    "ContextIndex",
     "Decoded",
-    "DraftTrees",
-    "ForwardCost",
     "JsonGrammar",
     "Mode",
     "ReplayState",
     "SpecConfig",
     "Speculation",
     "StateKeeper",
-    "TokenTree",
     "TransformersBackend",
-    "Trie",
     "ancestor_mask",
     "batched",
-    "best_first",
     "generate",
     "has_recurrent_state",
     "keep_path",
     "measure_cost",
     "resolve_source",
-    "shape_tree",
     "state_keeper",
     "verify",
-    "walk",
 ]

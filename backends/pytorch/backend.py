@@ -8,7 +8,7 @@ Nothing is ever downloaded (``local_files_only``).
 Replies use the model's chat template. A JSON schema is enforced by a grammar (llguidance) that masks the
 logits at every chosen token, so a constrained reply always parses unless it was cut at ``max_tokens``.
 Decoding is plain, chain or tree speculation (``decode.generate``) over drafts from a draft model (by default the
-model's own GGUF in llama.cpp, ``draft_model.DraftTrees``) or from the job's own text; greedy and sampled
+model's own GGUF in llama.cpp, ``speculation.drafters.DraftTrees``) or from the job's own text; greedy and sampled
 decoding are lossless either way. Hybrid models (LFM2's convolutions, Mamba-2 layers) verify
 chains and roll their state back exactly (``hybrid.ReplayState``).
 
@@ -36,10 +36,10 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 
 from ..base import BaseBackend, Capabilities, OnResult, cancelled_result, error_result
 from ..settings import cpu_threads
+from ..speculation.depth import CostCurve
+from ..speculation.drafters import DraftTrees
 from .batched import generate_batch
 from .decode import Chooser, Decoded, DecodeState, JsonGrammar, Mode, SpecConfig, Speculation, decode, measure_cost
-from .draft import ForwardCost
-from .draft_model import DraftTrees
 from .hybrid import has_recurrent_state, state_keeper
 
 __all__ = ["TransformersBackend", "resolve_source"]
@@ -52,6 +52,8 @@ DRAFT_SPEEDUP_GUESS = 2.5
 backend has measured it (``bench tree`` measured 2.6-3.1x on a 2-core CPU)."""
 TEXT_SPEEDUP_GUESS = 1.6
 """The same with trees drafted from the job's own text (``bench tree``: 1.6-1.8x)."""
+DRAFT_CONTEXT = 4096
+"""KV cells of the draft model's one sequence."""
 
 
 def resolve_source(model: str | Path | None) -> Path:
@@ -164,7 +166,7 @@ class TransformersBackend(BaseBackend):
     def speculation(self) -> Speculation:
         """Speculation's state for this backend: T(n) measured once on first use, acceptance learned per job."""
         if self._speculation is None:
-            plain = ForwardCost((1,), (1.0,))  # plain decoding never drafts: its curve is never read
+            plain = CostCurve((1,), (1.0,))  # plain decoding never drafts: its curve is never read
             cost = measure_cost(self.model, self.new_cache) if self.spec.mode != "plain" else plain
             self._speculation = Speculation(self.spec, cost)
         return self._speculation
@@ -172,15 +174,17 @@ class TransformersBackend(BaseBackend):
     def drafter(self) -> DraftTrees | None:
         """The draft model, loaded on first use; None without one."""
         if self._drafter is None and self.draft_model is not None:
+            from ..llamacpp.speculative.draft_model import DraftModel
+
             vocab = int(self.model.config.vocab_size)
-            drafter = DraftTrees(self.draft_model, n_threads=cpu_threads())
-            if drafter.n_vocab != vocab:
-                drafter.close()
+            model = DraftModel(self.draft_model, n_seqs=1, seq_ctx=DRAFT_CONTEXT, n_threads=cpu_threads())
+            if model.model.n_vocab != vocab:
+                model.close()
                 raise ConfigError(
-                    f"The draft model {self.draft_model} has {drafter.n_vocab} tokens and {self.source.name} has "
-                    f"{vocab}: a draft model needs the same vocabulary (or pass draft_model=None)."
+                    f"The draft model {self.draft_model} has {model.model.n_vocab} tokens and {self.source.name} "
+                    f"has {vocab}: a draft model needs the same vocabulary (or pass draft_model=None)."
                 )
-            self._drafter = drafter
+            self._drafter = DraftTrees(model)
         return self._drafter
 
     def new_cache(self) -> Any:
@@ -315,7 +319,7 @@ class TransformersBackend(BaseBackend):
     def _batch(self, group: Sequence[ChatRequest]) -> list[ChatResult]:
         """One group decoded together; a job that cannot run (a prompt too long) fails alone."""
         start = time.perf_counter()
-        plain = Speculation(SpecConfig(mode="plain"), ForwardCost((1,), (1.0,)))
+        plain = Speculation(SpecConfig(mode="plain"), CostCurve((1,), (1.0,)))
         jobs: dict[int, tuple[DecodeState, Chooser]] = {}
         results: dict[int, ChatResult] = {}
         with self._lock:
@@ -351,13 +355,7 @@ class TransformersBackend(BaseBackend):
             "mode": spec.config.mode,
             "prefill_computed": len(prompt) - 1,
             "decode_tokens": len(d.tokens),
-            "verify_steps": d.steps,
-            "drafted": d.drafted,
-            "accepted": d.accepted,
-            "acceptance": round(d.accepted / d.drafted, 4) if d.drafted else None,
-            "tokens_per_step": round(len(d.tokens) / d.steps, 3) if d.steps else None,
-            "verified_tokens": d.nodes,
-            "accepted_lengths": dict(sorted(d.accepted_lengths.items())),
+            **d.drafts.to_dict(),
             "prompt_ids": list(prompt),
             "token_ids": list(d.tokens),
         }

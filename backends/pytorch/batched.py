@@ -120,13 +120,13 @@ def generate_batch(
             if job.done:
                 continue
             tree, ranks, _ = shaped[b]
-            path, nxt = job.walk(tree, logits[b, : len(tree)])
+            path, emitted = job.accept(tree, logits[b, : len(tree)])
             if spec is not None:
                 spec.acceptance.record(tree, ranks, path)
             # the path's cells in path order are the next positions: a node's cell is valid, its order by depth
             kept[b, path] = True
             past[b] += len(path)
-            job.emit(tree, path, nxt)
+            job.emit(tree, path, emitted)
         valid = torch.cat([valid, kept], dim=-1)
         if int(valid.sum(-1).max()) < COMPACT_AT * valid.shape[1]:
             valid = _compact(cache, valid)

@@ -1,9 +1,11 @@
 """The decode loop: prefill, then verify steps over token trees until an end, a stop or the token limit.
 
 Plain decoding is the same loop with trees of only the root; chain speculation limits every node to one child.
-Drafts come from the job's own text (``draft.ContextIndex``), their shape from measured acceptance and cost
-(``draft.shape_tree``). ``Chooser`` picks the target's token at each node: greedy or sampled, masked by a JSON
-schema's grammar when there is one, recording top log-probabilities when asked.
+Drafts come from the job's own text (``speculation.drafters.ContextIndex``) or a draft model
+(``speculation.drafters.DraftTrees``), their shape from measured acceptance and cost (``speculation.depth.shape_tree``);
+the target's own choices accept them (``speculation.tree.accept``). ``Chooser`` picks the target's token at each
+node: greedy or sampled, masked by a JSON schema's grammar when there is one, recording top log-probabilities
+when asked.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import torch
 
 from minions.errors import ConfigError
 
-from .draft import STRONG_MATCH, Acceptance, ContextIndex, ForwardCost, shape_tree
-from .draft_model import Calibration, DraftTrees
+from ..speculation.depth import Acceptance, Calibration, CostCurve, shape_tree, time_rounds
+from ..speculation.drafters import ContextIndex, DraftTrees
+from ..speculation.speculator import DraftStats
+from ..speculation.tree import STRONG_MATCH, TokenTree, accept
 from .hybrid import AttentionState, StateKeeper
-from .tree import TokenTree, keep_path, verify, walk
+from .tree import keep_path, verify
 
 __all__ = [
     "Chooser",
@@ -46,22 +50,24 @@ class SpecConfig:
     mode: Mode = "tree"
     max_nodes: int = 48
     """Drafted nodes per verify step at most (the cost curve usually picks fewer)."""
-    max_depth: int = 16
+    k_max: int = 16
+    """The longest draft path verified in one step (deeper than the llama.cpp engine's ``speculation.K_MAX``: a
+    forward over many more tokens costs PyTorch on a CPU little more than over one)."""
     width: int = 4
     """Children per node in tree mode (chain mode uses 1)."""
     draft: bool = True
-    """Draft with the backend's draft model when it has one (``draft_model.DraftTrees``), else from the job's
+    """Draft with the backend's draft model when it has one (``speculation.drafters.DraftTrees``), else from the job's
     text."""
 
 
 class Speculation:
     """What speculation learns across the jobs of one backend: acceptance by depth and rank, and T(n)."""
 
-    def __init__(self, config: SpecConfig, cost: ForwardCost) -> None:
+    def __init__(self, config: SpecConfig, cost: CostCurve) -> None:
         self.config, self.cost = config, cost
         width = 1 if config.mode == "chain" else config.width
         self.width = width
-        self.acceptance = Acceptance(config.max_depth, 2 * width)  # strong matches' ranks, then weak ones'
+        self.acceptance = Acceptance(config.k_max, 2 * width)  # strong matches' ranks, then weak ones'
         self.calibration = Calibration()
         """How the draft model's probabilities turn out (trees drafted by a model)."""
 
@@ -73,14 +79,8 @@ class Decoded:
     finish: Literal["stop", "length"]
     prefill_s: float = 0.0
     decode_s: float = 0.0
-    steps: int = 0
-    """Forward passes after the prefill (one per verify step)."""
-    drafted: int = 0
-    accepted: int = 0
-    nodes: int = 0
-    """Tokens sent through verify steps (roots included)."""
-    accepted_lengths: dict[int, int] = field(default_factory=dict)
-    """How many steps accepted each number of drafts."""
+    drafts: DraftStats = field(default_factory=DraftStats)
+    """Verify steps (one forward pass after the prefill each), drafted and accepted tokens."""
 
 
 class JsonGrammar:
@@ -192,7 +192,7 @@ class DecodeState:
         """The next tree to verify, each node's rank and draft probability (``spec=None``: the root alone)."""
         if spec is None:
             return TokenTree.chain(self.root), [0], [1.0]
-        depth = min(spec.config.max_depth, self.max_new - len(self.out.tokens) - 1)
+        depth = min(spec.config.k_max, self.max_new - len(self.out.tokens) - 1)
         must = self.forced()[:depth] if self.forced is not None and depth > 0 else []
         if drafter is not None:
             return drafter.tree(self.context, must, spec.cost, spec.calibration, depth=depth, width=width,
@@ -204,20 +204,17 @@ class DecodeState:
                                     max_nodes=spec.config.max_nodes, width=width)  # fmt: skip
         return tree, ranks, [1.0] * len(tree)
 
-    def walk(self, tree: TokenTree, logits: torch.Tensor) -> tuple[list[int], int]:
-        """The target's accepted path through ``tree`` (its ``logits``, ``[n, V]``) and its next token."""
-        return walk(tree, logits, self.choose, stop=self.is_end)
+    def accept(self, tree: TokenTree, logits: torch.Tensor) -> tuple[list[int], list[int]]:
+        """The target's accepted path through ``tree`` (its ``logits``, ``[n, V]``) and the tokens it emits
+        (``speculation.tree.accept``; an end token ends the walk)."""
+        return accept(tree, lambda node: self.choose(node, logits[node]), lambda token: not self.is_end(token))
 
-    def emit(self, tree: TokenTree, path: Sequence[int], nxt: int) -> None:
-        """Count the step and emit the accepted drafts and ``nxt``; ``done`` when the reply ended."""
+    def emit(self, tree: TokenTree, path: Sequence[int], emitted: Sequence[int], drafter: str = "context") -> None:
+        """Count the step and emit ``emitted`` (but an end token); ``done`` when the reply ended."""
         out = self.out
-        out.steps, out.nodes = out.steps + 1, out.nodes + len(tree)
-        out.drafted, out.accepted = out.drafted + len(tree) - 1, out.accepted + len(path) - 1
-        out.accepted_lengths[len(path) - 1] = out.accepted_lengths.get(len(path) - 1, 0) + 1
-        emitted = [tree.tokens[i] for i in path[1:]]
-        ended = self.is_end(nxt)
-        if not ended:
-            emitted.append(nxt)
+        out.drafts.record(drafter, len(tree) - 1, len(path) - 1, len(emitted))
+        ended = self.is_end(emitted[-1])
+        emitted = emitted[:-1] if ended else emitted
         # token by token, as plain decoding checks: a stop (a loop, a stop string) inside the accepted drafts
         # ends the reply where plain decoding would have ended it
         stopped = False
@@ -291,14 +288,14 @@ def decode(
         tree, ranks, probs = job.tree(spec, width, drafter)
         keeper.before(cache)
         logits = verify(model, cache, tree, past)  # [n, V]
-        path, nxt = job.walk(tree, logits)
+        path, emitted = job.accept(tree, logits)
         if spec is not None:
             spec.acceptance.record(tree, ranks, path)
             if drafter is not None:
                 spec.calibration.record(tree, ranks, probs, path)
         keeper.commit(model, cache, past, tree, path)
         past += len(path)
-        job.emit(tree, path, nxt)
+        job.emit(tree, path, emitted, "context" if drafter is None else "draft_model")
     job.out.decode_s = time.perf_counter() - start
     return job.out
 
@@ -310,25 +307,23 @@ def measure_cost(
     past: int = 512,
     sizes: Sequence[int] = (1, 2, 4, 8, 16, 32, 64),
     repeats: int = 3,
-) -> ForwardCost:
-    """T(n): the fastest of ``repeats`` verify forwards over ``n`` chained tokens after ``past`` cached tokens,
-    timed in rounds over all sizes (a burst of other work then slows one call of several sizes, not every call of
-    one size, which the curve's monotone repair below would carry to every larger size)."""
+) -> CostCurve:
+    """T(n): the fastest of ``repeats`` verify forwards over ``n`` chained tokens after ``past`` cached tokens
+    (``speculation.depth.time_rounds``: in rounds over all sizes, after one that warms up every shape); the
+    fastest, since other work on the machine only ever adds time."""
     vocab = int(model.config.vocab_size)
     ids = [(7 * i + 3) % vocab for i in range(past + max(sizes))]
     cache = new_cache()
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids[:past]], device=model.device), cache=cache, use_cache=True)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(repeats + 1):  # the first round warms up every shape
-        for n in sizes:
-            tree = TokenTree.chain(ids[past], ids[past + 1 : past + n])
-            t0 = time.perf_counter()
-            verify(model, cache, tree, past)
-            times[n].append(time.perf_counter() - t0)
-            keep_path(cache, past, [])
-    seconds = [min(times[n][1:]) for n in sizes]  # the fastest: other work on the machine only ever adds time
-    # measured noise must not make a bigger forward look cheaper than a smaller one
-    for i in range(1, len(seconds)):
-        seconds[i] = max(seconds[i], seconds[i - 1])
-    return ForwardCost(tuple(sizes), tuple(seconds))
+
+    def forward(n: int) -> float:
+        tree = TokenTree.chain(ids[past], ids[past + 1 : past + n])
+        start = time.perf_counter()
+        verify(model, cache, tree, past)
+        seconds = time.perf_counter() - start
+        keep_path(cache, past, [])
+        return seconds
+
+    times = time_rounds(sizes, forward, repeats=repeats)
+    return CostCurve.measured(sizes, [min(times[n]) for n in sizes])

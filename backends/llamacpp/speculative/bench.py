@@ -15,8 +15,8 @@ JSON line per setting:
 - ``acceptance`` (accepted / drafted), ``tokens_per_step`` (tokens per decode step of the speculative run),
   ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(batch)`` it chose
   them with);
-- ``gate``: the speed gate at the end of the speculative run (``speculative.gate``): the measured gain of its
-  speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
+- ``gate``: the speed gate at the end of the speculative run (``speculation.speculator.SpeedGate``): the measured
+  gain of its speculative steps over its plain ones, the steps it made plain, and how often speculation lost;
 - ``plain_vs_plain`` (with ``noise``): a third run in every pair, plain again, against the first: the ratios
   that the same work gives, so speedups within their spread are not told apart from 1.0; the speedup is then
   over the geometric mean of the two plain runs;
@@ -37,6 +37,8 @@ from subprocess import DEVNULL
 from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
+
+from ...speculation.speculator import K_MAX
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -65,7 +67,7 @@ class SpecBenchConfig:
     settings: tuple[str, ...] = ("extraction", "freeform")
     n_threads: int | None = None
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
-    k_max: int = 8
+    k_max: int = K_MAX
     repeats: int = 3
     """Pairs of plain and speculative runs per setting (plain first, then speculative first, and so on); the
     line reports the median pair (by speedup)."""
@@ -142,7 +144,7 @@ def speculative_bench(
     from ..bench import BenchConfig, find_document, load_chunks
     from ..engine import Engine, EngineConfig
     from ..quantize import default_local_model
-    from .depth import load_or_measure_cost_table
+    from .cost import load_or_measure_cost_table
 
     c = config or SpecBenchConfig()
     pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once
@@ -160,7 +162,6 @@ def speculative_bench(
         n_threads = engine.config.threads
         cost = load_or_measure_cost_table(engine.model, n_threads=n_threads, max_seqs=max(c.batches), refresh=True)
         for e in engines:
-            assert e.speculator is not None
             e.speculator.cost = cost
         chunks = load_chunks(pdf, engine.model, BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens))
         spinners = [_spin() for _ in range(c.background_load)]
@@ -177,7 +178,6 @@ def speculative_bench(
                     order = sides if r % 2 == 0 else sides[::-1]
                     done = _pair({side: roles[side] for side in order}, jobs, batch, c.turn)
                     speculator = roles["spec"].speculator
-                    assert speculator is not None
                     gate = speculator.gate.to_dict() if speculator.gate is not None else {}
                     plain, spec = done["plain"], done["spec"]
                     baseline = _tok_s(plain)
@@ -236,8 +236,7 @@ def _pair(engines: dict[str, Engine], jobs: list[ChatRequest], batch: int, turn:
     runs: dict[str, Generator[None, None, list[ChatResult]]] = {}
     for side, engine in engines.items():
         engine.clear_cache()
-        if engine.speculator is not None:
-            engine.speculator.reset()
+        engine.speculator.reset()
         runs[side] = engine.steps(jobs, speculate=side == "spec", max_active=batch, trace_tokens=True)
     done: dict[str, list[ChatResult]] = {}
     try:

@@ -16,8 +16,9 @@ import pytest
 
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.ffi import LlamaContext, LlamaModel, TokenBatch
-from minions.backends.llamacpp.speculative import CostCurve, ScriptedDrafter
-from minions.backends.llamacpp.speculative.depth import CallCost, choose_depths, measure_cost_table, rollback_tokens
+from minions.backends.llamacpp.speculative import measure_cost_table
+from minions.backends.speculation import CostCurve, ScriptedDrafter
+from minions.backends.speculation.depth import CallCost, choose_depths, rollback_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def _ids(results: Sequence[ChatResult]) -> list[list[int]]:
 def _engine(path: Path, **config: object) -> Engine:
     settings: dict[str, object] = {"n_ctx": 1024, "seq_ctx": 512, "max_seqs": 4, "learn_drafts": False}
     engine = Engine(path, EngineConfig(**{**settings, **config}))  # type: ignore[arg-type]
-    if engine.speculator is not None:
+    if engine.config.speculate:
         engine.speculator.cost = CostCurve.linear(0.05)  # verify tokens nearly free: drafts whenever offered
     return engine
 
@@ -156,7 +157,6 @@ def _script(reference: Sequence[Sequence[int]], prompts: Sequence[Sequence[int]]
 def test_speculation_rolls_back_recurrent_state_and_equals_plain(
     exact: Engine, plain: list[list[int]], how: str
 ) -> None:
-    assert exact.speculator is not None
     prompts = [exact.tokens(r.messages) for r in _requests()]
     drafters, exact.speculator.drafters = exact.speculator.drafters, [_script(plain, prompts, how)]
     exact.speculator.depth = 4
@@ -215,7 +215,6 @@ def test_a_draft_model_of_either_memory_keeps_the_target_lossless(
     paths = {**tiny_models, "smollm2": smollm2_gguf}
     engine = _engine(paths[target], flash_attn=True, share_prefixes=False, draft_model=str(paths[draft]), k_max=3)
     try:
-        assert engine.speculator is not None
         drafter = engine.speculator.drafters[-1]
         engine.speculator.drafters, engine.speculator.depth = [drafter], 3
         requests = _requests(max_tokens=10)[:2]

@@ -20,7 +20,7 @@ import pytest
 from minions.backends.llamacpp.bench import divergence_report
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.quantize import default_local_model
-from minions.backends.llamacpp.speculative import CostCurve, ScriptedDrafter
+from minions.backends.speculation import CostCurve, NullSpeculator, ScriptedDrafter
 from minions.errors import ConfigError
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
@@ -71,7 +71,6 @@ def _requests(excerpts: Sequence[str] = EXCERPTS, max_tokens: int = 48, **params
 def _engine(**config: object) -> Engine:
     settings: dict[str, object] = {"n_ctx": 2048, "seq_ctx": 1024, "max_seqs": 4, "learn_drafts": False}
     engine = Engine(default_local_model(), EngineConfig(**{**settings, **config}))  # type: ignore[arg-type]
-    assert engine.speculator is not None
     engine.speculator.cost = CHEAP
     engine.speculator.gate = None  # drafts as the table says, however the loaded machine's steps measure
     return engine
@@ -109,7 +108,6 @@ def assert_kv_in_step(engine: Engine) -> None:
 def test_greedy_speculative_equals_plain_greedy(exact: Engine, plain: list[ChatResult]) -> None:
     assert max(len(r.stats["prompt_ids"]) + len(r.stats["token_ids"]) for r in plain) <= 256
     for max_active in (1, 4):
-        assert exact.speculator is not None
         exact.speculator.reset()
         exact.clear_cache()
         spec = exact.run(_requests(), max_active=max_active, trace_tokens=True)
@@ -146,7 +144,6 @@ def _script(plain: Sequence[ChatResult], how: str, eos: int) -> ScriptedDrafter:
 
 @pytest.mark.parametrize("how", ["right", "wrong", "right-then-wrong", "early-eos"])
 def test_scripted_drafts_reproduce_plain_output(exact: Engine, plain: list[ChatResult], how: str) -> None:
-    assert exact.speculator is not None
     drafters = exact.speculator.drafters
     exact.speculator.drafters = [_script(plain, how, int(exact.model.lib.llama_vocab_eos(exact.model.vocab)))]
     exact.speculator.depth = 4
@@ -172,7 +169,6 @@ def test_seeded_sampling_is_unchanged_by_speculation(exact: Engine) -> None:
     reqs = _requests(max_tokens=32, temperature=0.8, seed=11)
     exact.clear_cache()
     plain = exact.run(reqs, speculate=False, trace_tokens=True)
-    assert exact.speculator is not None
     exact.speculator.reset()
     exact.clear_cache()
     spec = exact.run(reqs, trace_tokens=True)
@@ -208,7 +204,6 @@ def test_an_expensive_machine_drafts_nothing() -> None:
     """When a verify call costs a full step per token (T(n) = n T(1)), no draft can pay: the adaptive depth
     chooses plain decoding every step."""
     engine = _engine()
-    assert engine.speculator is not None
     engine.speculator.cost = CostCurve.linear(1.0)
     try:
         results = engine.run(_requests()[:3], trace_tokens=True)
@@ -222,7 +217,7 @@ def test_an_expensive_machine_drafts_nothing() -> None:
 def test_speculation_needs_an_engine_made_for_it() -> None:
     engine = Engine(default_local_model(), EngineConfig(n_ctx=1024, seq_ctx=512, max_seqs=1, speculate=False))
     try:
-        assert engine.speculator is None
+        assert isinstance(engine.speculator, NullSpeculator)  # it never drafts
         with pytest.raises(ConfigError, match="speculate=True"):
             engine.run(_requests()[:1], speculate=True)
     finally:
@@ -235,7 +230,6 @@ def test_a_draft_model_keeps_the_reply_of_plain_decoding(smollm2_gguf: Path, par
     quantization, the only drafter, so its drafts are mostly right and sometimes not."""
     engine = _engine(flash_attn=True, draft_model=str(smollm2_gguf))
     try:
-        assert engine.speculator is not None
         drafter = engine.speculator.drafters[-1]
         assert drafter.name == "draft_model"
         engine.speculator.drafters, engine.speculator.depth = [drafter], 4

@@ -10,8 +10,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("llguidance")
 
-from minions.backends.pytorch import ForwardCost, SpecConfig, Speculation, TransformersBackend
+from minions.backends.pytorch import SpecConfig, Speculation, TransformersBackend
 from minions.backends.registry import resolve
+from minions.backends.speculation import CostCurve
 from minions.errors import ModelNotFoundError
 from minions.types import Message, SamplingParams
 
@@ -43,7 +44,7 @@ def test_a_path_that_is_no_model_says_what_to_pass(tmp_path) -> None:
 def smollm2() -> TransformersBackend:
     backend = TransformersBackend()
     # a fixed, CPU-like cost curve instead of measuring T(n) (timing is not what these tests check)
-    backend._speculation = Speculation(backend.spec, ForwardCost((1, 8, 32), (1.0, 1.2, 1.6)))
+    backend._speculation = Speculation(backend.spec, CostCurve((1, 8, 32), (1.0, 1.2, 1.6)))
     return backend
 
 
@@ -75,7 +76,7 @@ def test_smollm2_replies_in_the_schema_and_trees_change_nothing(smollm2: Transfo
     assert set(reply) == {"city", "country"} and all(isinstance(v, str) for v in reply.values())
     assert len(tree.stats["logprobs"]) == len(tree.stats["token_ids"]) + 1  # the end token's step too
     plain = smollm2.complete(
-        messages, params, speculation=Speculation(SpecConfig(mode="plain"), ForwardCost((1,), (1.0,)))
+        messages, params, speculation=Speculation(SpecConfig(mode="plain"), CostCurve((1,), (1.0,)))
     )
     assert plain.stats["token_ids"] == tree.stats["token_ids"]
     # the schema's keys and punctuation are forced: drafted, accepted, fewer forward passes

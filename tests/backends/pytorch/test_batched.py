@@ -10,7 +10,6 @@ transformers = pytest.importorskip("transformers")
 
 from minions.backends.pytorch import (  # noqa: E402
     Chooser,
-    ForwardCost,
     SpecConfig,
     Speculation,
     TransformersBackend,
@@ -18,6 +17,7 @@ from minions.backends.pytorch import (  # noqa: E402
     generate,
 )
 from minions.backends.pytorch.decode import DecodeState  # noqa: E402
+from minions.backends.speculation import CostCurve  # noqa: E402
 from minions.types import ChatRequest, Message, SamplingParams  # noqa: E402
 
 from .tiny import FLAT, VOCAB, copy_heavy_prompt  # noqa: E402
@@ -57,7 +57,7 @@ def test_batched_greedy_replies_equal_one_at_a_time(model, mode) -> None:
     assert [o.finish for o in outs] == [s.finish for s in single]
     assert sum(len(o.tokens) for o in outs) > 60
     if mode != "plain":
-        assert sum(o.accepted for o in outs) > 0  # drafts were verified inside the batch
+        assert sum(o.drafts.total_accepted for o in outs) > 0  # drafts were verified inside the batch
 
 
 def test_compacting_the_cache_changes_no_reply(model, monkeypatch) -> None:
@@ -80,9 +80,9 @@ def test_batched_seeded_sampling_draws_what_each_job_draws_alone(model) -> None:
 
 def test_batching_is_chosen_only_where_it_is_expected_to_pay() -> None:
     backend = TransformersBackend(draft_model=None)
-    backend._speculation = Speculation(SpecConfig(), ForwardCost((1, 8), (1.0, 1.0)))  # an accelerator's flat T
+    backend._speculation = Speculation(SpecConfig(), CostCurve((1, 8), (1.0, 1.0)))  # an accelerator's flat T
     assert backend._batching_pays(2)
-    backend._speculation = Speculation(SpecConfig(), ForwardCost((1, 8), (1.0, 8.0)))  # T(B) = B x T(1)
+    backend._speculation = Speculation(SpecConfig(), CostCurve((1, 8), (1.0, 8.0)))  # T(B) = B x T(1)
     assert not backend._batching_pays(8)
     backend._paces.extend([2.0] * 4)  # measured: one at a time is slower than a batch's share
     assert backend._batching_pays(8)
@@ -93,7 +93,7 @@ def test_batching_is_chosen_only_where_it_is_expected_to_pay() -> None:
 def test_the_backend_batches_jobs_and_each_reply_is_its_own() -> None:
     pytest.importorskip("llguidance")
     backend = TransformersBackend(draft_model=None)
-    backend._speculation = Speculation(SpecConfig(), ForwardCost((1, 8), (1.0, 1.05)))  # batching pays
+    backend._speculation = Speculation(SpecConfig(), CostCurve((1, 8), (1.0, 1.05)))  # batching pays
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}
     requests = [
         ChatRequest(
@@ -110,7 +110,7 @@ def test_the_backend_batches_jobs_and_each_reply_is_its_own() -> None:
     results = backend.batch(requests, on_result=lambda i, r: seen.append(i))
     assert sorted(seen) == [0, 1, 2, 3]
     assert not results[2].ok and "reads at most" in (results[2].error or "")
-    plain = Speculation(SpecConfig(mode="plain"), ForwardCost((1,), (1.0,)))
+    plain = Speculation(SpecConfig(mode="plain"), CostCurve((1,), (1.0,)))
     for i in (0, 1, 3):
         assert results[i].ok and results[i].stats["batch"] == 3
         alone_ = backend.complete(list(requests[i].messages), requests[i].params, speculation=plain)

@@ -13,59 +13,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("llguidance")
 
 from minions.backends.pytorch import (
-    Calibration,
-    ForwardCost,
     Mode,
     SpecConfig,
     Speculation,
-    TokenTree,
     TransformersBackend,
-    best_first,
 )
+from minions.backends.speculation import CostCurve
 from minions.errors import ModelNotFoundError
 from minions.types import ChatResult, Message, SamplingParams
-
-#  0 root; 1, 2 the first position's choices; 3, 4 the second position's, below 1
-TOKENS = (10, 11, 12, 13, 14)
-PARENTS = (-1, 0, 0, 1, 1)
-VALUES = (1.0, 0.9, 0.05, 0.8, 0.1)
-
-
-def test_the_best_first_tree_keeps_the_most_valued_nodes_with_their_parents() -> None:
-    flat = ForwardCost((1, 8), (1.0, 1.0))  # more nodes cost nothing: every node pays
-    tree, kept = best_first(TOKENS, PARENTS, VALUES, flat, spent=0.0)
-    assert kept == [0, 1, 3, 4, 2]  # by value; node 3 (0.8) after its parent (0.9)
-    assert tree == TokenTree((10, 11, 13, 14, 12), (-1, 0, 1, 1, 0))
-
-
-def test_the_best_first_tree_grows_only_while_it_pays() -> None:
-    # each node costs a tenth of a forward: 0.9 and 0.8 pay, 0.1 and 0.05 do not
-    linear = ForwardCost((1, 2), (1.0, 1.1))
-    tree, kept = best_first(TOKENS, PARENTS, VALUES, linear, spent=0.0)
-    assert kept == [0, 1, 3]
-    assert tree == TokenTree((10, 11, 13), (-1, 0, 1))
-    # time spent drafting counts: the same nodes are worth more when the step already cost more
-    steep = ForwardCost((1, 2), (1.0, 2.5))
-    assert best_first(TOKENS, PARENTS, VALUES, steep, spent=0.0)[1] == [0]
-    assert best_first(TOKENS, PARENTS, VALUES, steep, spent=20.0)[1] == [0, 1, 3]
-
-
-def test_the_calibration_learns_how_often_the_target_takes_a_node() -> None:
-    calibration = Calibration()
-    assert calibration.value(0, 0.3) == pytest.approx(0.3)  # nothing measured: the draft's own probability
-    tree = TokenTree(TOKENS, PARENTS)
-    ranks, probs = [0, 0, 1, 0, 1], [1.0, 0.3, 0.2, 0.35, 0.3]
-    for _ in range(40):
-        calibration.record(tree, ranks, probs, path=[0, 1, 3])
-    assert calibration.value(0, 0.3) > 0.95  # the draft's first choice, unsure, yet always taken
-    assert calibration.value(1, 0.2) < 0.05  # its second choices, never
-    # a probability never seen borrows its rank's rate, not the draft's word
-    assert calibration.value(0, 0.9) > 0.95
-    assert calibration.value(1, 0.9) < 0.1
-    # the target took node 2: nodes 1 and 2 were tried; 3 and 4, below the rejected 1, were not
-    calibration.record(tree, ranks, probs, path=[0, 2])
-    assert (calibration.tried[0][1], calibration.accepted[0][1]) == (81, 80)
-    assert (calibration.tried[1][1], calibration.accepted[1][1]) == (81, 1)
 
 
 def test_a_draft_model_that_is_no_file_says_what_to_pass(tmp_path: Path) -> None:
@@ -86,7 +41,7 @@ def smollm2() -> TransformersBackend:
 
 
 # a CPU-like cost curve (seconds) instead of measuring T(n): timing is not what these tests check
-CPU = ForwardCost((1, 8, 32), (0.06, 0.1, 0.15))
+CPU = CostCurve((1, 8, 32), (0.06, 0.1, 0.15))
 
 
 def reply(backend: TransformersBackend, messages: list[Message], params: SamplingParams, mode: Mode) -> ChatResult:

@@ -13,7 +13,6 @@ if not hasattr(transformers, "Lfm2Config"):
 from minions.backends.pytorch import (  # noqa: E402
     AttentionState,
     Chooser,
-    ForwardCost,
     ReplayState,
     SpecConfig,
     Speculation,
@@ -21,9 +20,10 @@ from minions.backends.pytorch import (  # noqa: E402
     has_recurrent_state,
     state_keeper,
 )
+from minions.backends.speculation import CostCurve  # noqa: E402
 
 VOCAB = 40
-FLAT = ForwardCost((1, 8, 32), (1.0, 1.1, 1.4))
+FLAT = CostCurve((1, 8, 32), (1.0, 1.1, 1.4))
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_speculative_greedy_equals_plain_and_commits_the_step_by_step_state(mode
     keeper = ReplayState()
     tree, tree_cache = run(model, prompt(seed), "tree", keeper)
     assert tree.tokens == plain.tokens
-    assert tree.accepted > 0 and tree.steps < plain.steps
+    assert tree.drafts.total_accepted > 0 and tree.drafts.steps < plain.drafts.steps
     assert keeper.replayed > 0  # some drafts were rejected and rolled back
     want, got = states(plain_cache), states(tree_cache)
     assert len(got) == len(want) == 6  # two conv states, two attention layers' keys and values
@@ -87,7 +87,7 @@ def test_without_rollback_the_conv_state_keeps_rejected_drafts(model) -> None:
     tokens = prompt(0)
     _, plain_cache = run(model, tokens, "plain", ReplayState())
     wrong, wrong_cache = run(model, tokens, "chain", AttentionState())
-    assert wrong.drafted > wrong.accepted  # drafts were rejected
+    assert wrong.drafts.total_drafted > wrong.drafts.total_accepted  # drafts were rejected
     differ = [
         not torch.allclose(g, w, atol=1e-5) for g, w in zip(states(wrong_cache), states(plain_cache), strict=True)
     ]

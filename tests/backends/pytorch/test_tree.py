@@ -9,19 +9,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from minions.backends.pytorch import (  # noqa: E402
-    Acceptance,
     Chooser,
-    ContextIndex,
-    ForwardCost,
     SpecConfig,
     Speculation,
-    TokenTree,
     ancestor_mask,
     generate,
     keep_path,
-    shape_tree,
     verify,
 )
+from minions.backends.speculation import TokenTree  # noqa: E402
 
 from .tiny import FLAT, copy_heavy_prompt  # noqa: E402
 
@@ -93,10 +89,10 @@ def test_greedy_decoding_with_trees_and_chains_equals_plain_greedy(model, seed: 
     assert chain.tokens == plain.tokens
     assert tree.tokens == plain.tokens
     assert tree.finish == plain.finish
-    assert plain.steps == len(plain.tokens) + (plain.finish == "stop")
+    assert plain.drafts.steps == len(plain.tokens) + (plain.finish == "stop")
     # speculation happened: drafts were accepted, in fewer forward passes
-    assert tree.accepted > 0
-    assert tree.steps < plain.steps
+    assert tree.drafts.total_accepted > 0
+    assert tree.drafts.steps < plain.drafts.steps
 
 
 def test_seeded_sampling_with_trees_draws_the_same_tokens_as_plain_sampling(model) -> None:
@@ -115,7 +111,7 @@ def test_a_stop_inside_accepted_drafts_ends_the_reply_where_plain_decoding_ends_
     plain decoding, which checks after every token."""
     prompt = copy_heavy_prompt(0)
     full = decode(model, prompt, "tree")
-    assert max(full.accepted_lengths) >= 3  # steps of several tokens, so some stops below fall inside one
+    assert max(full.drafts.accepted_lengths) >= 3  # steps of several tokens, so some stops below fall inside one
     for n in range(8, 40):
 
         def at_n(tokens, n=n):
@@ -136,45 +132,3 @@ def test_the_token_limit_and_the_end_token_are_honoured(model) -> None:
     tree = decode(model, prompt, "tree", end=end)
     assert tree.tokens == full[: full.index(end)]
     assert tree.finish == "stop"
-
-
-def test_context_drafts_rank_continuations_by_their_support() -> None:
-    index = ContextIndex()
-    # "9 1 2" is followed by 3 twice, "8 1 2" by 4 once: 3 has more support, both were matched on 2+ tokens
-    tokens = [9, 1, 2, 3, 5, 8, 1, 2, 4, 6, 9, 1, 2, 3, 7, 0, 9, 1, 2]
-    trie = index.drafts(tokens, depth=3)
-    ranked = [t for t, _, _ in trie.ranked()]
-    assert ranked == [3, 4]
-    assert all(match >= 2 for _, match, _ in trie.ranked())
-    weak = ContextIndex().drafts([5, 1, 7, 2, 1], depth=2)  # "1" matches alone: a one-token match
-    assert [(t, m) for t, m, _ in weak.ranked()] == [(7, 1)]
-    assert {t for t, _, _ in trie.children[3][2].ranked()} == {5, 7}
-    assert ContextIndex().drafts([1, 2], depth=3).children == {}  # its own end is not a match
-
-
-def test_the_tree_shape_grows_only_while_it_pays() -> None:
-    trie = ContextIndex().drafts([1, 2, 3, 4, 5, 1, 2, 3, 4, 6, 1, 2], depth=4)
-    sure = Acceptance(8, 4, prior=lambda d, r: 0.9 if r == 0 else 0.3)
-    tree, ranks, expected = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=4)
-    assert tree.tokens[:2] == (0, 3) and len(tree) > 4
-    assert expected > 1.0
-    assert ranks[0] == 0 and max(ranks) == 1  # both continuations after "3 4" are drafted
-    chain, _, _ = shape_tree(0, trie, sure, FLAT, max_nodes=32, width=1)
-    assert all(p == i - 1 for i, p in enumerate(chain.parents))
-    linear = ForwardCost((1, 64), (1.0, 64.0))  # every token costs a full step: no draft pays
-    alone, _, _ = shape_tree(0, trie, sure, linear, max_nodes=32, width=4)
-    assert alone.tokens == (0,)
-
-
-def test_acceptance_counts_nodes_whose_parent_was_accepted() -> None:
-    acceptance = Acceptance(4, 2, prior=lambda d, r: 0.5)
-    tree = TokenTree((0, 1, 2, 3, 4), (-1, 0, 0, 1, 2))
-    acceptance.record(tree, [0, 0, 1, 0, 0], [0, 1, 3])
-    assert acceptance.tried[1] == [1, 1] and acceptance.accepted[1] == [1, 0]
-    assert acceptance.tried[2] == [1, 0] and acceptance.accepted[2] == [1, 0]  # node 4's parent was rejected
-    assert acceptance.p(1, 0) > 0.5 > acceptance.p(1, 1)
-
-
-def test_a_tree_needs_parents_before_children() -> None:
-    with pytest.raises(ValueError, match="earlier node"):
-        TokenTree((1, 2, 3), (-1, 2, 0))

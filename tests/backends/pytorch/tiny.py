@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from minions.backends.pytorch import ForwardCost
+from minions.backends.speculation import CostCurve
 
 VOCAB = 48
-FLAT = ForwardCost((1, 8, 32, 64), (1.0, 1.1, 1.3, 1.8))
+FLAT = CostCurve((1, 8, 32, 64), (1.0, 1.1, 1.3, 1.8))
 """A cost curve like PyTorch's on a CPU: verifying many tokens costs little more than one."""
 
 

@@ -1,15 +1,16 @@
-"""Speculative decoding's pure parts: the acceptance rules on toy distributions (chi-square), the drafters, the
-adaptive-depth arithmetic. No model; milliseconds each."""
+"""Speculative decoding's pure parts (``backends.speculation``): the acceptance rule on toy distributions
+(chi-square), the drafters, the adaptive-depth arithmetic. No model; milliseconds each."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from minions.backends.llamacpp.speculative import (
+from minions.backends.speculation import (
     AcceptanceTracker,
     CallCost,
     ContextLookup,
@@ -17,15 +18,24 @@ from minions.backends.llamacpp.speculative import (
     CostTable,
     ScriptedDrafter,
     Speculator,
+    TokenTree,
     TraceCache,
+    accept,
     choose_depths,
     expected_tokens,
-    sample_compare,
 )
 
 from .chi_square import chi_square, chi_square_critical
 
 # -- greedy and sample-and-compare ---------------------------------------------------------------------------
+
+
+def sample_compare(
+    draft: list[int], sample: Callable[[int], int], emit: Callable[[int], bool] | None = None
+) -> tuple[int, list[int]]:
+    """The rule on a chain (a tree one wide): drafts accepted, and the emitted tokens."""
+    path, emitted = accept(TokenTree.chain(-1, draft), sample, emit)
+    return len(path) - 1, emitted
 
 
 @pytest.mark.parametrize(
@@ -56,6 +66,21 @@ def test_sample_compare_draws_once_per_emitted_token_and_stops_when_the_reply_en
     # the reply ends on the second (accepted) token: nothing more is drawn
     assert sample_compare([5, 6, 7], sample, emit=lambda x: x != 6) == (2, [5, 6])
     assert draws == [0, 1]
+
+
+def test_the_rule_on_a_tree_follows_the_child_the_target_draws() -> None:
+    # root 0; children 1 (token 5) and 2 (token 6); below 2: node 3 (token 7) and node 4 (token 8)
+    tree = TokenTree((9, 5, 6, 7, 8), (-1, 0, 0, 2, 2))
+    target = {0: 6, 2: 8, 4: 1}  # the draw after each node on the path
+    draws: list[int] = []
+
+    def sample(node: int) -> int:
+        draws.append(node)
+        return target[node]
+
+    assert accept(tree, sample) == ([0, 2, 4], [6, 8, 1])  # two accepted, then the bonus token after the leaf
+    assert draws == [0, 2, 4]
+    assert accept(tree, lambda node: 7) == ([0], [7])  # 7 is a grandchild, not a child: rejected at the root
 
 
 # -- the acceptance rule on a toy target: chi-square over whole sequences ------------------------------------
@@ -244,12 +269,16 @@ def test_trace_cache_is_bounded_and_scoped() -> None:
     cache.learn(list(range(100)))
     assert len(cache.table) == 10
     assert cache.propose(0, [97, 98], 2) == [99]
-    scoped = TraceCache(orders=(2,), span=2)
-    scoped.set_scope(0, "schema-a")
+    scoped = TraceCache(orders=(2,), span=2, per_schema=True)
+    scoped.start(0, "schema-a")
     scoped.finish(0, [1, 2, 3, 4], 0)
     assert scoped.propose(1, [1, 2], 2) == []  # another scope (the default)
-    scoped.set_scope(1, "schema-a")
+    scoped.start(1, "schema-a")
     assert scoped.propose(1, [1, 2], 2) == [3, 4]
+    shared = TraceCache(orders=(2,), span=2)  # not per schema: every job's replies teach every job
+    shared.start(0, "schema-a")
+    shared.finish(0, [1, 2, 3, 4], 0)
+    assert shared.propose(1, [1, 2], 2) == [3, 4]
 
 
 def test_cost_curve_interpolates() -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from minions.backends.llamacpp.speculative import CostTable, ScriptedDrafter, Speculator
-from minions.backends.llamacpp.speculative.depth import CostCurve
-from minions.backends.llamacpp.speculative.gate import SpeedGate, size_class
+from minions.backends.speculation import CostCurve, CostTable, ScriptedDrafter, Speculator
+from minions.backends.speculation.speculator import SpeedGate, size_class
 
 # One sequence: 10 ms a plain call; eight: 30 ms.
 TABLE = CostTable((1, 8), (CostCurve((1, 2, 9), (0.010, 0.014, 0.040)), CostCurve((8, 16, 72), (0.030, 0.050, 0.200))))

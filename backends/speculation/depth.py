@@ -11,9 +11,9 @@ speculation never makes a step slower.
 
 ``T`` depends on how many sequences share the call, not only on its tokens: each sequence has its own KV
 stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
-512-token contexts, ``measure_cost_table``) one sequence with 9 tokens takes 39 ms, 8 sequences with 1 token
-each 39 ms, and 8 with 2 each 67 ms. So ``CostTable`` measures a curve per number of sequences, each over calls
-in which every sequence carries the same number of tokens.
+512-token contexts, ``backends.llamacpp.speculative.cost.measure_cost_table``) one sequence with 9 tokens takes
+39 ms, 8 sequences with 1 token each 39 ms, and 8 with 2 each 67 ms. So ``CostTable`` measures a curve per
+number of sequences, each over calls in which every sequence carries the same number of tokens.
 
 A call in which they carry different numbers is not a point on such a curve: llama.cpp runs a call over several
 KV streams as ubatches in which every sequence present carries the same number of tokens (``split_equal``), so
@@ -36,37 +36,47 @@ rolling back). Where the model's gain is a few percent (a batch of 8 on a 2-core
 in proportion to its tokens: ``T(16)/T(8) ~ 1.75``) those errors decide, and they were losses: extraction at
 batch 8 on a tiny copying LFM2 0.86x-0.99x of plain decoding while the model promised a gain. A step drafts
 only where the whole step is expected to be ``MIN_GAIN`` faster than plain decoding.
+
+Token trees (the PyTorch backend, where a verify forward over many tokens costs little more than over one) are
+shaped by the same objective, expected tokens per second (``best_size``). ``Acceptance`` measures how often a
+drafted node at depth ``d`` whose parent was accepted was itself accepted, by its rank ``r`` among its
+siblings: ``p[d][r]`` (``Calibration`` the same for a draft model's nodes, by rank and draft probability);
+``shape_tree`` is Sequoia's tree choice: under that positional model a tree's expected accepted length is the
+sum over its nodes of the product of ``p`` along their path. That product shrinks from parent to child and from
+a rank to the next, so for every size ``n`` the best tree is the ``n`` nodes with the largest products, taken
+best first (the optimum of Sequoia's dynamic program for a given budget); the size is the one that maximizes
+``(1 + E[accepted](n)) / T(1 + n)``. Nodes come from the context trie (``drafters.ContextIndex.drafts``), so a
+tree never holds a node with nothing drafted behind it.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
-import logging
-import os
-import time
-from collections.abc import Callable, Mapping, Sequence
+import heapq
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-from minions.paths import cache_dir
-
-if TYPE_CHECKING:
-    from ..ffi import LlamaContext, LlamaModel, TokenBatch
+from .tree import STRONG_MATCH, TokenTree, Trie, tried
 
 __all__ = [
+    "Acceptance",
     "AcceptanceTracker",
+    "Calibration",
     "CallCost",
     "CostCurve",
     "CostTable",
+    "NodeCounts",
+    "best_first",
+    "best_size",
     "choose_depths",
     "expected_tokens",
-    "load_or_measure_cost_table",
-    "measure_cost_table",
+    "rollback_tokens",
+    "shape_tree",
+    "time_rounds",
 ]
 
-log = logging.getLogger(__name__)
+Shape = TypeVar("Shape", bound=Hashable)
 
 # The points of ``CostCurve.linear``.
 MEASURE_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
@@ -113,6 +123,12 @@ class CostCurve:
     @classmethod
     def from_dict(cls, d: Mapping[str, Sequence[float]]) -> CostCurve:
         return cls(tuple(int(p) for p in d["points"]), tuple(float(s) for s in d["seconds"]))
+
+    @classmethod
+    def measured(cls, points: Sequence[int], seconds: Sequence[float]) -> CostCurve:
+        """The curve of measured ``seconds`` at ``points`` (ascending), each at least the one before: a noisy
+        machine can make ``T`` dip with ``n``, but the cost of more tokens is never less."""
+        return cls(tuple(points), tuple(max(seconds[: i + 1]) for i in range(len(seconds))))
 
     @classmethod
     def linear(cls, per_token: float, base: float = 1.0) -> CostCurve:
@@ -316,119 +332,174 @@ class CostTable:
         return cls(tuple(int(s) for s in d["seqs"]), curves, float(d.get("rollback_s", 0.0)))
 
 
-# -- measuring T(seqs, n) ------------------------------------------------------------------------------------
-# Tokens per sequence at which each curve is measured (1: plain decoding; 1 + k: a draft of k). A call whose
-# sequences carry different numbers runs as several of these (``CallCost``).
-PER_SEQ = (1, 2, 3, 4, 5, 7, 9, 13, 17)
+def time_rounds(
+    shapes: Sequence[Shape], call: Callable[[Shape], float], *, repeats: int, warmup: int = 1
+) -> dict[Shape, list[float]]:
+    """``repeats`` timings of ``call(shape)`` (it returns the seconds it measured) for every shape, timed in rounds
+    over all shapes, not all repeats of one shape in a row: a burst of other work on the machine then slows one
+    call of several shapes, not every call of one shape (which the monotone repair of ``CostCurve.measured``
+    would carry to every larger one). The first ``warmup`` rounds are not kept: the first calls of a shape build
+    and repack buffers, and take seconds."""
+    times: dict[Shape, list[float]] = {shape: [] for shape in shapes}
+    for round_ in range(warmup + repeats):
+        for shape in shapes:
+            seconds = call(shape)
+            if round_ >= warmup:
+                times[shape].append(seconds)
+    return times
 
 
-def _shapes(seqs: int, n_batch: int) -> list[tuple[int, ...]]:
-    """Tokens per sequence of each call measured for ``seqs`` sequences: every sequence the same."""
-    return [(m,) * seqs for m in PER_SEQ if seqs * m <= n_batch]
+# -- token trees: the same objective, over trees -------------------------------------------------------------
+def best_size(values: Sequence[float], cost: Callable[[int], float], spent: float = 0.0) -> int:
+    """The objective every draft shape here maximizes, expected tokens per step over its seconds: with nodes
+    best first, each with ``values[i]`` the chance that it is accepted (its path's product), the tree of the
+    first ``n - 1`` of them emits ``1 + sum(values[:n - 1])`` tokens on average in ``spent + cost(n)`` seconds
+    (``spent``: drafting time already paid). Returns the best ``n`` (1: the root alone, plain decoding).
+    ``choose_depths`` maximizes the same ratio over a batch of chains."""
+    best_n, best_rate, gain = 1, 1.0 / (spent + cost(1)), 0.0
+    for n, value in enumerate(values, 2):
+        gain += value
+        rate = (1.0 + gain) / (spent + cost(n))
+        if rate > best_rate:
+            best_n, best_rate = n, rate
+    return best_n
 
 
-def measure_cost_table(
-    model: LlamaModel,
+class NodeCounts:
+    """Accepted / tried drafted nodes, counted in the cells of a grid over verify steps (every node whose parent
+    was accepted was tried: ``tree.tried``), each cell's rate shrunk toward a prior worth ``PRIOR_TRIES`` tries,
+    so a few measured steps move it and many measured ones decide it."""
+
+    PRIOR_TRIES = 4
+
+    def __init__(self, rows: int, cols: int) -> None:
+        self.tried = [[0] * cols for _ in range(rows)]
+        self.accepted = [[0] * cols for _ in range(rows)]
+
+    def count(self, tree: TokenTree, path: Sequence[int], cell: Callable[[int], tuple[int, int] | None]) -> None:
+        """Count one verify step; ``cell(node)``: where a node counts (None: nowhere)."""
+        for node, accepted in tried(tree, path):
+            where = cell(node)
+            if where is not None:
+                r, c = where
+                self.tried[r][c] += 1
+                self.accepted[r][c] += accepted
+
+    def rate(self, r: int, c: int, prior: float) -> float:
+        return (self.accepted[r][c] + self.PRIOR_TRIES * prior) / (self.tried[r][c] + self.PRIOR_TRIES)
+
+
+class Acceptance(NodeCounts):
+    """Acceptance of a drafted node by its depth (1 = a child of the root) and rank among its siblings (0 = best
+    supported): ``p[d][r]``, for trees drafted from the job's text."""
+
+    def __init__(self, max_depth: int, max_rank: int, prior: Callable[[int, int], float] | None = None) -> None:
+        super().__init__(max_depth + 1, max_rank)
+        self.max_depth, self.max_rank = max_depth, max_rank
+        half = max_rank // 2
+        # the guess before anything is measured; ranks from ``half`` on are one-token matches' (shape_tree), a
+        # guess high enough that they get tried, and so measured
+        self._prior = prior or (lambda d, r: 0.6 / (1 + 2 * r) if r < half else 0.35 / (1 + 2 * (r - half)))
+
+    def p(self, depth: int, rank: int) -> float:
+        d, r = min(depth, self.max_depth), min(rank, self.max_rank - 1)
+        return self.rate(d, r, self._prior(d, r))
+
+    def record(self, tree: TokenTree, ranks: Sequence[int], path: Sequence[int]) -> None:
+        depths = tree.depths()
+        self.count(tree, path, lambda i: (min(depths[i], self.max_depth), min(ranks[i], self.max_rank - 1)))
+
+    def table(self) -> dict[int, list[float]]:
+        """``{depth: [p by rank]}`` for the depths tried at all (what benches print)."""
+        return {d: [round(self.p(d, r), 3) for r in range(self.max_rank)]
+                for d in range(1, self.max_depth + 1) if sum(self.tried[d])}  # fmt: skip
+
+
+class Calibration(NodeCounts):
+    """How often the target walked into a drafted node whose parent it walked into, by the node's rank among
+    a draft model's choices at its position and its draft probability. A draft that is the target's own
+    quantized copy is right far more often than its probabilities say (it agrees on the most likely token even
+    where it is unsure), and a sibling far less often; the tree values nodes by what was measured."""
+
+    BUCKETS = 5
+    RANKS = 3
+
+    def __init__(self) -> None:
+        super().__init__(self.RANKS, self.BUCKETS)
+
+    def _cell(self, rank: int, p: float) -> tuple[int, int]:
+        return min(rank, self.RANKS - 1), min(int(p * self.BUCKETS), self.BUCKETS - 1)
+
+    def value(self, rank: int, p: float) -> float:
+        """The chance the target takes the node, given that it took its parent: the node's cell, shrunk toward
+        its rank's rate over all probabilities, shrunk in turn toward the draft's ``p``, so a cell seldom seen
+        borrows from its rank rather than trusting the draft."""
+        r, b = self._cell(rank, p)
+        pooled = (sum(self.accepted[r]) + self.PRIOR_TRIES * p) / (sum(self.tried[r]) + self.PRIOR_TRIES)
+        return self.rate(r, b, pooled)
+
+    def record(self, tree: TokenTree, ranks: Sequence[int], probs: Sequence[float], path: Sequence[int]) -> None:
+        """Count one verify step (forced tokens, of probability 1, aside)."""
+        self.count(tree, path, lambda i: self._cell(ranks[i], probs[i]) if probs[i] < 1.0 else None)
+
+    def table(self) -> dict[int, list[float]]:
+        """``{rank: [value at each bucket's middle]}`` (what benches print)."""
+        return {r: [round(self.value(r, (b + 0.5) / self.BUCKETS), 3) for b in range(self.BUCKETS)]
+                for r in range(self.RANKS)}  # fmt: skip
+
+
+def shape_tree(
+    root: int, trie: Trie, acceptance: Acceptance, cost: CostCurve, *, max_nodes: int, width: int
+) -> tuple[TokenTree, list[int], float]:
+    """The tree to verify: the best-first drafted nodes, as many as pay for their cost.
+
+    Returns the tree, each node's rank among its siblings (0 for the root) and the expected number of
+    accepted drafts. ``width`` bounds the children per node (1: chain speculation).
+    """
+    # best first by path probability: (-prob, order, depth, rank, parent node, token, subtrie)
+    heap: list[tuple[float, int, int, int, int, int, Trie]] = []
+    order = 0
+
+    def offer(parent: int, depth: int, prob: float, sub: Trie) -> None:
+        nonlocal order
+        for i, (token, match, child) in enumerate(sub.ranked()[:width]):
+            rank = i if match >= STRONG_MATCH else width + i  # drafts from one-token matches are counted apart
+            q = prob * acceptance.p(depth, rank)
+            heapq.heappush(heap, (-q, order, depth, rank, parent, token, child))
+            order += 1
+
+    offer(0, 1, 1.0, trie)
+    tokens, parents, ranks, probs = [root], [-1], [0], [1.0]
+    while heap and len(tokens) <= max_nodes:
+        neg_q, _, depth, rank, parent, token, child = heapq.heappop(heap)
+        tokens.append(token)
+        parents.append(parent)
+        ranks.append(rank)
+        probs.append(-neg_q)
+        offer(len(tokens) - 1, depth + 1, -neg_q, child)
+    best_n = best_size(probs[1:], cost)  # best-first order makes every prefix a tree
+    tree = TokenTree(tuple(tokens[:best_n]), tuple(parents[:best_n]))
+    return tree, ranks[:best_n], sum(probs[1:best_n])
+
+
+def best_first(
+    tokens: Sequence[int],
+    parents: Sequence[int],
+    values: Sequence[float],
+    cost: Callable[[int], float],
+    spent: float,
     *,
-    n_threads: int,
-    max_seqs: int,
-    flash_attn: bool = False,
-    context: int = 512,
-    repeats: int = 5,
-) -> CostTable:
-    """``T`` for 1, 2, 4, ... up to ``max_seqs`` sequences, each after a ``context``-token prefix, with
-    ``PER_SEQ`` tokens each and logits for every token (as a verify call
-    reads them), in a context made as the engine makes its own; median of ``repeats`` calls. About 10-20 seconds
-    for SmolLM2-135M on 2 cores. On recurrent memory, also the median seconds of one sequence's rollback
-    (``CostTable.rollback_s``)."""
-    from ..ffi import LlamaContext, TokenBatch
+    max_nodes: int | None = None,
+) -> tuple[TokenTree, list[int]]:
+    """The subtree of the ``n`` most valued nodes (node 0, the root, always; at most ``max_nodes`` others) that
+    maximizes expected tokens per second (``best_size``, with ``spent`` seconds of drafting); also each kept
+    node's old index.
 
-    counts = sorted({1, *(2**i for i in range(1, 8) if 2**i < max_seqs), max_seqs})
-    n_max = max_seqs * max(PER_SEQ)
-    n_batch = max(512, n_max)
-    ctx = LlamaContext(model, seq_ctx=context + 256, n_seq_max=max_seqs, n_batch=n_batch,
-                       n_threads=n_threads, flash_attn=flash_attn, n_outputs=n_max)  # fmt: skip
-    batch = TokenBatch(model.lib, n_batch)
-    rollbacks: list[float] | None = [] if model.memory != "attention" else None
-    try:
-        batch.clear()
-        batch.add([(17 * i + 11) % model.n_vocab for i in range(context)], 0, 0, logits_last=True)
-        ctx.decode(batch)
-        for seq in range(1, max_seqs):
-            ctx.seq_cp(0, seq, -1, -1)
-        shapes = {s: _shapes(s, n_batch) for s in counts}
-        sizes = [shape for s in counts for shape in shapes[s]]
-        for shape in (sizes[0], sizes[-1]) * 3:  # the first calls build and repack; they take seconds
-            _time_call(ctx, batch, shape, context, rollbacks)
-        # rounds over all sizes, not all repeats of one size in a row: a burst of load from another process then
-        # spreads over every size instead of inflating one; the median of each size's calls is kept
-        times: dict[tuple[int, ...], list[float]] = {size: [] for size in sizes}
-        for _ in range(repeats):
-            for size in sizes:
-                times[size].append(_time_call(ctx, batch, size, context, rollbacks))
-    finally:
-        ctx.close()
-    curves = []
-    for s in counts:
-        points = [sum(shape) for shape in shapes[s]]
-        seconds = [sorted(times[shape])[repeats // 2] for shape in shapes[s]]
-        # a noisy machine can make T dip with n; the cost of more tokens is never less
-        curves.append(CostCurve(tuple(points), tuple(max(seconds[: i + 1]) for i in range(len(seconds)))))
-    rollback_s = sorted(rollbacks)[len(rollbacks) // 2] if rollbacks else 0.0
-    return CostTable(tuple(counts), tuple(curves), rollback_s)
-
-
-def _time_call(
-    ctx: LlamaContext, batch: TokenBatch, per_seq: Sequence[int], at: int, rollbacks: list[float] | None = None
-) -> float:
-    """Seconds of one decode of ``per_seq[i]`` tokens in sequence ``i`` at positions ``at...``, logits for all;
-    then undone. On recurrent memory (``rollbacks`` given) as a rejected draft is undone: each
-    sequence's state saved before the call and restored after, the seconds per sequence appended to ``rollbacks``."""
-    seqs = len(per_seq)
-    saving = time.perf_counter()
-    states = [ctx.recurrent_state(seq) for seq in range(seqs)] if rollbacks is not None else []
-    saved = time.perf_counter() - saving
-    batch.clear()
-    for seq, m in enumerate(per_seq):
-        batch.add([(31 * j + 7 + seq) % 1000 for j in range(m)], at, seq, logits_last=False)
-    batch.want[: batch.n] = 1
-    start = time.perf_counter()
-    ctx.decode(batch)
-    seconds = time.perf_counter() - start
-    for seq, state in enumerate(states):
-        ctx.restore_recurrent_state(seq, state)
-    if rollbacks is not None:
-        rollbacks.append((saved + time.perf_counter() - start - seconds) / seqs)
-    for seq in range(seqs):
-        ctx.seq_rm(seq, at, -1)  # on recurrent memory the state is at ``at - 1`` again: attention cells only
-    return seconds
-
-
-def _cost_path(model: LlamaModel, n_threads: int, max_seqs: int, flash_attn: bool) -> Path:
-    st = model.path.stat()
-    key = f"{model.path.stem}-{st.st_size}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
-    return cache_dir() / "speculator" / f"cost-v4-{key}.json"
-
-
-def load_or_measure_cost_table(
-    model: LlamaModel, *, n_threads: int, max_seqs: int, flash_attn: bool = False, refresh: bool = False
-) -> CostTable:
-    """The cost table of this model with this many threads and sequences, measured once and cached under the
-    cache dir."""
-    path = _cost_path(model, n_threads, max_seqs, flash_attn)
-    if path.is_file() and not refresh:
-        try:
-            return CostTable.from_dict(json.loads(path.read_text()))
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable cost table %s: %s", path, exc)
-    log.info("measuring decode-call costs of %s (once for this machine; ~15 s)", model.path.name)
-    table = measure_cost_table(model, n_threads=n_threads, max_seqs=max_seqs, flash_attn=flash_attn)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table.to_dict()))
-        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
-    except OSError as exc:
-        log.warning("could not cache the cost table at %s: %s", path, exc)
-    log.info("measured T(n)/T(seqs) for %s: %s", model.path.name, table.ratios())
-    return table
+    A child's value never exceeds its parent's, so ordering by value (ties: the earlier node) puts parents first
+    and every prefix of the order is a tree.
+    """
+    order = [0, *sorted(range(1, len(tokens)), key=lambda i: (-values[i], i))][: (max_nodes or len(tokens)) + 1]
+    kept = order[: best_size([values[i] for i in order[1:]], cost, spent)]
+    new = {old: i for i, old in enumerate(kept)}
+    tree = TokenTree(tuple(tokens[i] for i in kept), tuple(new[parents[i]] if i else -1 for i in kept))
+    return tree, kept

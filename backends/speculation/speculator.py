@@ -1,8 +1,10 @@
-"""The engine's speculator: each decode step, a draft for every generating sequence, and what the step taught.
+"""The speculator: each decode step, a draft for every generating sequence, and what the step taught.
 
-The engine (``backends.llamacpp.scheduler``) asks ``propose`` for drafts, puts ``[pending, d_1 .. d_k]`` of every
-sequence into its one decode call with logits after each token, verifies with ``rules.sample_compare`` and
-rolls back the rejected tokens' cells; then it tells ``learn`` what each sequence emitted. Here:
+An engine (``backends.llamacpp.scheduler``) asks ``propose`` for drafts, puts ``[pending, d_1 .. d_k]`` of every
+sequence into its one decode call with logits after each token, verifies with ``tree.accept`` and rolls back the
+rejected tokens' cells; then it tells ``learn`` what each sequence emitted. A step reads: plan the drafts
+(``drafting``, ``propose``), run the call, apply the rule, report (``observe_call``, ``learn``,
+``observe_step``). An engine that does not speculate holds a ``NullSpeculator``, which never drafts. Here:
 
 1. every drafter proposes up to ``room`` tokens for a sequence; the sequence takes the proposal with the most
    expected tokens ``E(a, len)`` under its acceptance estimate ``a`` for that drafter;
@@ -10,25 +12,60 @@ rolls back the rejected tokens' cells; then it tells ``learn`` what each sequenc
    this machine's measured cost curve (0 is plain decoding for that sequence);
 3. every drafter's proposal, verified or not, is scored against the emitted tokens, so a drafter that was cut
    to 0 keeps an estimate and comes back when it starts guessing well;
-4. the engine times every step, drafting and verifying included, and a speed gate (``gate.SpeedGate``) makes
+4. the engine times every step, drafting and verifying included, and a speed gate (``SpeedGate``) makes
    steps plain (no drafting at all) while speculative steps have measured slower than plain ones: the table
    sees only the call, as it cost when it was measured, not the step around it on the machine as it is now.
+
+The speed gate (``SpeedGate``): ``choose_depths`` weighs a draft against the cost table, which sees one thing:
+the decode call, as it cost when the table was measured. A step costs more than its call, and only when it
+speculates: every sequence's drafters run, every proposal is scored against what the step emitted, rejected
+cells are rolled back (Python time that grows with the batch), and the call's threads fare differently when
+other processes share the cores. On a loaded 2-core machine that made extraction at batch 8 0.93x of plain
+decoding while the table promised a gain. So the engine also measures what it gets, step by step, for each
+batch size class apart:
+
+- a step over ``s`` sequences that emitted ``e`` tokens in ``t`` seconds (its sampling left out: both ways sample
+  once per emitted token, and a grammar makes that slow in some phases of a reply and fast in others) did
+  ``w = e / s`` plain steps' work (a plain step emits one token per sequence) in ``u = t / T_s(s)``
+  table-plain-steps' time;
+- plain steps give the plain pace ``u_plain``, their mean time over the latest ones (``window``); the latest
+  speculative steps give their rate, all their work over all their time; the measured gain is ``rate x
+  u_plain``: tokens per second, speculative over plain, which is what a run gets. Not medians: speculative step
+  times are skewed (at batch 8, plain steps took 0.8 to 1.5 table steps, speculative ones 1.0 to 5.3: a long
+  draft gives the call its widest shape), and a median of ratios missed losses (an extraction run at batch 8 at
+  0.966x of plain decoding, whose gate measured a median gain of 1.069). A step slowed by something else (a
+  thread of the call descheduled by another process) weighs 1 in ``min_steps`` of a trial.
+
+While speculating, one step in ``probe_every`` is plain, to keep ``u_plain`` current. When the gain of at least
+``min_steps`` speculative steps is under 1, the engine decodes plainly (no drafting at all) for ``backoff_steps``
+steps, doubled after every loss in a row, then tries again with fresh measurements; a win resets the back-off.
+So speculation that loses costs a few steps in every back-off (at most ``max_backoff``), not the run.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .depth import AcceptanceTracker, CallCost, CostCurve, CostTable, choose_depths, expected_tokens
 from .drafters import ContextLookup, Drafter, TraceCache, schema_key
-from .gate import SpeedGate
 
-__all__ = ["Draft", "DraftStats", "Speculator"]
+__all__ = [
+    "K_MAX",
+    "NO_DRAFT",
+    "Draft",
+    "DraftStats",
+    "NullSpeculator",
+    "Speculator",
+    "SpeedGate",
+    "default_drafters",
+    "size_class",
+]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +73,8 @@ log = logging.getLogger(__name__)
 SAVE_EVERY_S = 30.0
 # Weight of each call in the running ratio of observed to measured call time.
 CALIBRATION_ALPHA = 0.05
+K_MAX = 8
+"""The longest draft of one sequence verified in one step (the llama.cpp engine's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,22 +90,39 @@ NO_DRAFT = Draft()
 
 @dataclass
 class DraftStats:
-    """One job's speculation: tokens drafted and accepted by drafter, and its verify steps."""
+    """One job's speculation, whichever engine decoded it: its verify steps, the tokens they emitted and verified,
+    and the tokens drafted and accepted by drafter (``to_dict``: what its ``ChatResult.stats`` report)."""
 
     drafted: Counter[str] = field(default_factory=Counter)
     accepted: Counter[str] = field(default_factory=Counter)
     steps: int = 0
     emitted: int = 0
+    nodes: int = 0
+    """Tokens verified: each step's root (the pending token) and its drafts."""
+    accepted_lengths: Counter[int] = field(default_factory=Counter)
+    """How many steps accepted each number of drafts."""
 
-    def record(self, draft: Draft, accepted: int, emitted: int) -> None:
+    def record(self, drafter: str, drafted: int, accepted: int, emitted: int) -> None:
+        """One verify step: ``drafted`` tokens of ``drafter`` verified, ``accepted`` of them taken, ``emitted``
+        tokens out (the end of generation included)."""
         self.steps += 1
         self.emitted += emitted
-        if draft.tokens:
-            self.drafted[draft.drafter] += len(draft.tokens)
-            self.accepted[draft.drafter] += accepted
+        self.nodes += 1 + drafted
+        self.accepted_lengths[accepted] += 1
+        if drafted:
+            self.drafted[drafter] += drafted
+            self.accepted[drafter] += accepted
+
+    @property
+    def total_drafted(self) -> int:
+        return sum(self.drafted.values())
+
+    @property
+    def total_accepted(self) -> int:
+        return sum(self.accepted.values())
 
     def to_dict(self) -> dict[str, Any]:
-        drafted, accepted = sum(self.drafted.values()), sum(self.accepted.values())
+        drafted, accepted = self.total_drafted, self.total_accepted
         return {
             "drafted": drafted,
             "accepted": accepted,
@@ -74,7 +130,9 @@ class DraftStats:
             "drafted_by_drafter": dict(self.drafted),
             "acceptance_by_drafter": {k: round(self.accepted[k] / n, 4) for k, n in self.drafted.items() if n},
             "verify_steps": self.steps,
+            "verified_tokens": self.nodes,
             "tokens_per_step": round(self.emitted / self.steps, 3) if self.steps else None,
+            "accepted_lengths": dict(sorted(self.accepted_lengths.items())),
         }
 
 
@@ -90,7 +148,7 @@ class Speculator:
         drafters: Sequence[Drafter],
         cost: Callable[[], CostCurve | CostTable],
         *,
-        k_max: int = 8,
+        k_max: int = K_MAX,
         depth: int | None = None,
         recurrent: bool = False,
     ) -> None:
@@ -119,10 +177,10 @@ class Speculator:
         self._cost = curve
 
     def start(self, seq: int, schema: Mapping[str, Any] | None) -> None:
-        """A job starts on ``seq``: drafters with a per-schema scope (the grammar trace) switch to its schema."""
+        """A job starts on ``seq``: drafters that draft per schema (the grammar trace) switch to its schema."""
         for drafter in self.drafters:
-            if isinstance(drafter, TraceCache) and drafter.name == "grammar":
-                drafter.set_scope(seq, schema_key(schema))
+            if drafter.per_schema:
+                drafter.start(seq, schema_key(schema))
 
     def propose(
         self, jobs: Sequence[tuple[int, Sequence[int], int]], carried: Sequence[int] | None = None
@@ -193,7 +251,7 @@ class Speculator:
     def drafting(self, seqs: int = 1) -> bool:
         """Whether the next decode step over ``seqs`` sequences drafts at all: always with a fixed ``depth``,
         else as the speed gate says (plain while measured speculative steps over as many sequences have been
-        slower than plain ones; see ``gate``)."""
+        slower than plain ones; see ``SpeedGate``)."""
         return self.depth is not None or self.gate is None or self.gate.speculate(seqs)
 
     def observe_step(self, seqs: int, emitted: int, seconds: float, *, drafted: bool) -> None:
@@ -223,8 +281,8 @@ class Speculator:
     def reset(self) -> None:
         """Forget what was learnt (the trace caches and the acceptance estimates), for a fair benchmark run."""
         for drafter in self.drafters:
-            if isinstance(drafter, TraceCache):
-                drafter.table.clear()
+            if drafter.learns:
+                drafter.reset()
         self.tracker = AcceptanceTracker()
         self._calibration = {}
         if self.gate is not None:
@@ -236,26 +294,160 @@ class Speculator:
             return
         self._saved = time.monotonic()
         for drafter in self.drafters:
-            if isinstance(drafter, TraceCache):
+            if drafter.learns:
                 try:
                     drafter.save()
                 except OSError as exc:  # a full or read-only cache dir costs the learning, not the run
-                    log.warning("could not save the speculator trace %s: %s", drafter.path, exc)
+                    log.warning("could not save what the %s drafter learnt: %s", drafter.name, exc)
 
     def close(self) -> None:
         self.save(force=True)
         for drafter in self.drafters:
-            close = getattr(drafter, "close", None)
-            if close is not None:
-                close()
+            drafter.close()
 
 
-def default_drafters(model_path: Any, *, persist: bool) -> list[Drafter]:
+class NullSpeculator(Speculator):
+    """A speculator that never drafts: an engine that does not speculate holds one, so its steps ask the same
+    questions either way (every step is plain; nothing is measured, learnt or saved)."""
+
+    def __init__(self) -> None:
+        super().__init__([], _no_cost)
+
+    def drafting(self, seqs: int = 1) -> bool:
+        return False
+
+
+def _no_cost() -> CostCurve:
+    raise AssertionError("a speculator that never drafts never needs the cost table")
+
+
+def default_drafters(model_path: Path, *, persist: bool) -> list[Drafter]:
     """Context lookup, the trace cache of this model, and the per-schema (grammar) trace; the two traces are
     kept under ``cache_dir()/speculator`` when ``persist``."""
     if persist:
         trace = TraceCache.for_model(model_path)
-        grammar = TraceCache.for_model(model_path, name="grammar", orders=(3, 2), span=8)
+        grammar = TraceCache.for_model(model_path, name="grammar", orders=(3, 2), span=8, per_schema=True)
     else:
-        trace, grammar = TraceCache(), TraceCache(name="grammar", orders=(3, 2), span=8)
+        trace, grammar = TraceCache(), TraceCache(name="grammar", orders=(3, 2), span=8, per_schema=True)
     return [ContextLookup(), trace, grammar]
+
+
+@dataclass
+class SpeedGate:
+    """Speculative vs plain steps, measured, apart for each batch size class (``size_class``): speculation that
+    pays for one sequence (1.2-1.8x here) can lose at eight, where a call costs nearly in proportion to its
+    tokens, and one measure for both kept it on at eight (an extraction run at batch 8 at 0.93x of plain
+    decoding, its gate's gain 1.46 from the run's last, smaller steps). ``speculate(seqs)`` says what the next
+    step over ``seqs`` sequences does, ``observe`` what it took."""
+
+    probe_every: int = 16
+    min_steps: int = 8
+    backoff_steps: int = 32
+    max_backoff: int = 512
+    window: int = 16
+    """Latest plain and speculative steps that are compared."""
+    trials: dict[int, Trial] = field(default_factory=dict)
+    """Each size class's measurements."""
+    last: int = 1
+    """The size class observed last (``gain`` is its gain)."""
+
+    def _trial(self, size: int) -> Trial:
+        if size not in self.trials:
+            self.trials[size] = Trial(self.window)
+        return self.trials[size]
+
+    def speculate(self, seqs: int = 1) -> bool:
+        """Whether the next decode step over ``seqs`` sequences drafts: no while its size class backs off and
+        on every ``probe_every``-th step of it (the second too, while it has seen no plain step)."""
+        t = self._trial(size_class(seqs))
+        t.step += 1
+        if t.backoff > 0:
+            t.backoff -= 1
+            if t.backoff == 0:
+                t.rates.clear()  # a fresh trial
+        elif (not t.plain and t.step == 2) or t.step % self.probe_every == 0:
+            pass
+        else:
+            return True
+        t.plain_steps += 1
+        return False
+
+    def observe(self, drafted: bool, work: float, pace: float, seqs: int = 1) -> None:
+        """A step over ``seqs`` sequences did ``work`` plain steps' work (emitted tokens / sequences) in ``pace``
+        plain steps' time (seconds / the table's plain step for its sequences); ``drafted``: it was a
+        speculative step."""
+        if pace <= 0.0:
+            return
+        self.last = size_class(seqs)
+        t = self._trial(self.last)
+        if not drafted:
+            t.plain.append(pace)
+            return
+        t.rates.append((work, pace))
+        gain = t.gain
+        if gain is None or len(t.rates) < self.min_steps:
+            return
+        if gain < 1.0:  # speculation loses here and now: plain decoding for a while, longer each time in a row
+            t.next_backoff = min(self.max_backoff, max(self.backoff_steps, 2 * t.next_backoff))
+            t.backoff = t.next_backoff
+            t.losses += 1
+        else:
+            t.next_backoff = 0
+
+    @property
+    def gain(self) -> float | None:
+        """Measured tokens per second of speculative steps over plain ones in the size class observed last
+        (None until both are seen)."""
+        t = self.trials.get(self.last)
+        return None if t is None else t.gain
+
+    @property
+    def losses(self) -> int:
+        return sum(t.losses for t in self.trials.values())
+
+    @property
+    def plain_steps(self) -> int:
+        """Steps the gate made plain (probes and back-off)."""
+        return sum(t.plain_steps for t in self.trials.values())
+
+    @property
+    def step(self) -> int:
+        return sum(t.step for t in self.trials.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        gains = {size: None if t.gain is None else round(t.gain, 3) for size, t in sorted(self.trials.items())}
+        return {"gain": gains, "gated_plain_steps": self.plain_steps, "losses": self.losses}
+
+
+def size_class(seqs: int) -> int:
+    """1, 2-3, 4-7, 8-15, ...: the largest power of two not above ``seqs``."""
+    return 1 << (max(1, seqs).bit_length() - 1)
+
+
+@dataclass
+class Trial:
+    """One size class's latest plain and speculative steps, and its back-off."""
+
+    window: int
+    plain: deque[float] = field(init=False)
+    """Paces of the latest plain steps: seconds over the table's plain step (``u``)."""
+    rates: deque[tuple[float, float]] = field(init=False)
+    """Work and time of the latest speculative steps since speculation last (re)started: ``(w, u)``."""
+    backoff: int = 0
+    """Plain steps still to go before speculation is tried again."""
+    next_backoff: int = 0
+    step: int = 0
+    plain_steps: int = 0
+    losses: int = 0
+
+    def __post_init__(self) -> None:
+        self.plain = deque(maxlen=self.window)
+        self.rates = deque(maxlen=self.window)
+
+    @property
+    def gain(self) -> float | None:
+        if not self.plain or not self.rates:
+            return None
+        work = sum(w for w, _ in self.rates)
+        spent = sum(u for _, u in self.rates)
+        return work / spent * sum(self.plain) / len(self.plain)
