@@ -16,17 +16,17 @@ import pytest
 
 from minions.backends.llamacpp.speculative import bench
 from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
+from minions.backends.speculation import NullSpeculator
 
 
 class StepsEngine:
     """Stands in for an ``Engine``: ``steps`` steps of ``step_s`` seconds, each logged as (name, start, end)."""
 
-    speculator = None
-
     def __init__(self, name: str, steps: int, log: list[tuple[str, float, float]], *, step_s: float = 0.004,
                  fail_at: int | None = None) -> None:  # fmt: skip
         self.name, self.n, self.log, self.step_s, self.fail_at = name, steps, log, step_s, fail_at
         self.closed_early = False
+        self.speculator = NullSpeculator()
 
     def clear_cache(self) -> None:
         pass
