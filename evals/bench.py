@@ -64,7 +64,7 @@ from minions.protocols.library import Library, search_library
 from minions.protocols.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
 from minions.protocols.quotes import answer_spans, candidates
 from minions.protocols.ranking import Ranked, lexical_rank
-from minions.protocols.reading import chunk_evidence
+from minions.protocols.reading import BY_WORDS, chunk_evidence
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.retrieval import BM25
 
@@ -278,8 +278,10 @@ def _picks(item: EvalItem, jobs: Sequence[JobRecord], chunks: Mapping[tuple[str,
 
 
 def _read(job: JobRecord, shown: Evidence) -> dict[str, Any]:
-    """A read chunk (in rank order): its pages, the page of the quote passed on, the model's score."""
-    return {"chunk": job.chunk, "pages": list(job.pages), "quote_pages": list(shown.pages), "score": job.score}
+    """A read chunk (in rank order): its pages, the page of the quote passed on, the model's score, and whether it
+    was quoted by words instead (past the prompt tokens the model may compute, ``RunOptions.read_tokens``)."""
+    return {"chunk": job.chunk, "pages": list(job.pages), "quote_pages": list(shown.pages), "score": job.score,
+            "by_words": job.explanation == BY_WORDS}  # fmt: skip
 
 
 def _ranked_chunks(reading: Mapping[str, Any], chunks: Sequence[Chunk]) -> list[Chunk]:
