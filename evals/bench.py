@@ -24,12 +24,13 @@ of the library's ranking: routing to the documents the question names, then thei
 documents, ``rank_ms``, and with a model ``library_shown`` (what the local side passes on). The summary carries
 the ``library`` curve, ``rank_ms_median``, ``index_s`` and how often routing put the question's filing first.
 
-With ``compare_local`` (``--compare-local M``), a second local model reads the same chunks (the ranking is by
-words, so both read the same ones): the lines add ``compare``, its ``shown`` curve, its wall time and how many
-read chunks it quoted the same sentence of (``same_quotes`` of ``read``, the chunks whose jobs answered in both
-runs; ``failed``: the others); the summary adds ``compare_shown``, the agreement over all read chunks
-(``same_quotes``: ``same``, ``read``, ``rate``) and ``compare_failed``. It checks that a model on a
-server (``openai-compatible/<model>@<url>``) picks what the embedded engine picks.
+With ``compare_local`` (``--compare-local M``), a second local model reads the same chunks (the ranking is by words,
+so both read the same ones, and both read every one with the model: no ``read_tokens`` budget): the lines add
+``compare``, its ``shown`` curve, its wall time and how many read chunks it quoted the same sentence of
+(``same_quotes`` of ``read``, the chunks whose jobs answered in both runs; ``failed``: the others); the summary adds
+``compare_shown``, the agreement over all read chunks (``same_quotes``: ``same``, ``read``, ``rate``) and
+``compare_failed``. It checks that a model on a server (``openai-compatible/<model>@<url>``) picks what the
+embedded engine picks.
 
 With ``dataset`` (``--dataset``) another benchmark whose items have gold evidence (``bamboo-paperqa``: questions
 over papers, evidence placed as spans; ``qasper``): its documents have no pages, so no ``pages_bm25``, and no
@@ -219,7 +220,10 @@ def _item_line(
 
 
 def _local_run(local: Backend, item: EvalItem, docs: Sequence[Document], config: EvidenceBenchConfig) -> RunResult:
-    protocol = LocalOnly(local, read_chunks=config.read_chunks, score_sentences=config.score_sentences)
+    # compared, both models read every chunk: none is quoted by words past the embedded engine's budget of prompt
+    # tokens (a server has none), so the quotes compared are the models' own
+    budget: dict[str, Any] = {"read_tokens": None} if config.compare_local else {}
+    protocol = LocalOnly(local, read_chunks=config.read_chunks, score_sentences=config.score_sentences, **budget)
     return protocol.run(item.question, list(docs))
 
 
