@@ -225,6 +225,12 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
     config = _given(SpecBenchConfig(), args, names)
     if args.batches:
         config = replace(config, batches=tuple(args.batches))
+    if args.settings:
+        config = replace(config, settings=tuple(args.settings))
+    if "written" in config.settings:
+        from minions.protocols.written import excerpt_messages
+
+        config = replace(config, prompts=(("written", excerpt_messages),))
     if args.target:
         from minions.backends.llamacpp.deep_bench import deep_bench
 
@@ -250,6 +256,13 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
     spec.add_argument("--batches", type=int, nargs="+", help=f"batch sizes (default {' '.join(map(str, d.batches))})")
+    spec.add_argument(
+        "--settings",
+        nargs="+",
+        choices=("extraction", "freeform", "written"),
+        help="jobs to decode: JSON extraction, free-form prose, or the written answer from quotes (where prompt "
+        f"lookup and a draft model pay) (default {' '.join(d.settings)})",
+    )
     spec.add_argument("--n-threads", type=int, help="CPU threads (default: all cores)")
     spec.add_argument("--k-max", type=int, help=f"longest draft (default {d.k_max})")
     spec.add_argument("--repeats", type=int, help=f"plain/speculative pairs per setting (default {d.repeats})")

@@ -51,9 +51,20 @@ from .context import RunContext
 from .jobs import REPEATED_WORDS
 from .options import AnswerMode
 from .prompts import render
+from .quotes import spans
 from .result import Citation
+from .retrieval import figure_share
 
-__all__ = ["WRITE_FROM_PARAMETERS", "WrittenCheck", "answer_mode", "check_written", "unsupported", "written_answer"]
+__all__ = [
+    "WRITE_FROM_PARAMETERS",
+    "WrittenCheck",
+    "answer_mode",
+    "check_written",
+    "excerpt_messages",
+    "unsupported",
+    "written_answer",
+    "written_messages",
+]
 
 log = logging.getLogger(__name__)
 
@@ -226,15 +237,29 @@ def written_answer(ctx: RunContext, quotes: Sequence[Citation], quote_answer: st
     return quote_answer
 
 
+def written_messages(quotes: Sequence[tuple[str, str]], question: str) -> list[Message]:
+    """The prompt of a written answer: ``quotes`` as (place, text), numbered in their order, and the question."""
+    shown = [{"place": place, "text": text} for place, text in quotes]
+    return [
+        Message("system", render("written_system")),
+        Message("user", render("written", quotes=shown, question=question)),
+    ]
+
+
+def excerpt_messages(excerpt: str, question: str, *, quotes: int = 3) -> list[Message]:
+    """A written answer's prompt over the ``quotes`` spans of ``excerpt`` with the most figures, in their order
+    (the spans a job over it quotes are mostly such): what ``minions bench speculative``'s ``written`` setting
+    decodes, with no run's jobs before it."""
+    found = spans(excerpt)
+    best = sorted(range(len(found)), key=lambda i: -figure_share(found[i].text))[:quotes]
+    return written_messages([("excerpt", found[i].text) for i in sorted(best)], question)
+
+
 def _write(ctx: RunContext, quotes: Sequence[Citation]) -> tuple[str, bool]:
     """The local model's answer from ``quotes``, streamed as ``AnswerToken`` events, and whether it was cut where
     it began to loop (``minions.loops``: a small model does not stop on its own). Its usage is counted on the text
     (a streamed reply does not report it)."""
-    shown = [{"place": q.label, "text": q.text} for q in quotes]
-    messages = [
-        Message("system", render("written_system")),
-        Message("user", render("written", quotes=shown, question=ctx.task)),
-    ]
+    messages = written_messages([(q.label, q.text) for q in quotes], ctx.task)
     pieces: list[str] = []
     looped = False
     start = time.perf_counter()

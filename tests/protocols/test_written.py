@@ -219,3 +219,29 @@ def test_a_written_answer_that_loops_is_cut_where_it_begins_to_and_replaced(doc)
     assert result.reading["answer"]["why"] == "it repeats itself" and local.closed
     assert result.answer.startswith("$4.2 billion, according to report.txt")
     assert len([e for e in events if isinstance(e, AnswerToken)]) < 30  # of 165 words
+
+
+def test_the_speculative_bench_writes_from_the_excerpts_figures() -> None:
+    """``minions bench speculative --settings written``: each job is the written answer's own prompt over the
+    spans of an excerpt with the most figures, in the excerpt's order, and the CLI hands that prompt to the bench."""
+    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, _jobs
+    from minions.protocols.written import excerpt_messages
+
+    excerpt = (
+        "Net sales were $32.8 billion in 2018, up 3.5 percent. The company is based in Minnesota. Operating income "
+        "was $7.2 billion. We grew in every region. Cash was $3.3 billion at year end."
+    )
+    system, user = excerpt_messages(excerpt, "What were net sales?")
+    assert system.content == render("written_system")
+    quoted = [line for line in user.content.splitlines() if line.startswith("[")]
+    assert quoted == [
+        "[1] (excerpt) Net sales were $32.8 billion in 2018, up 3.5 percent.",
+        "[2] (excerpt) Operating income was $7.2 billion.",
+        "[3] (excerpt) Cash was $3.3 billion at year end.",
+    ]
+    assert user.content.endswith("Question: What were net sales?")
+    config = SpecBenchConfig(settings=("written",), prompts=(("written", excerpt_messages),), max_tokens=40)
+    jobs = _jobs("written", [excerpt], config)
+    assert [j.messages[0].content for j in jobs] == [system.content] * config.jobs_per_chunk
+    assert all("[1] (excerpt) Net sales" in j.messages[1].content for j in jobs)
+    assert all(j.params.max_tokens == 40 for j in jobs)

@@ -31,7 +31,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from subprocess import DEVNULL
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,11 @@ FREEFORM = (
     "In two or three sentences, which risks does the excerpt describe? Quote it.",
 )
 
+WRITTEN = (
+    "What were the company's sales or revenue, and how did they change?",
+    "What does the excerpt say about the company's costs, income or cash?",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SpecBenchConfig:
@@ -65,6 +70,10 @@ class SpecBenchConfig:
     max_tokens: int = 128
     batches: tuple[int, ...] = (1, 8)
     settings: tuple[str, ...] = ("extraction", "freeform")
+    prompts: tuple[tuple[str, Callable[[str, str], Sequence[Message]]], ...] = ()
+    """Settings whose prompts a caller writes: a name and the messages of a job from an excerpt and one of
+    ``FREEFORM``'s questions (the CLI's ``written``: the local model's written answer from quotes of the
+    excerpt, ``protocols.written``'s prompt, decoded greedily up to ``max_tokens``)."""
     n_threads: int | None = None
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = K_MAX
@@ -94,6 +103,10 @@ def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatR
         cfg = BenchConfig(instructions=INSTRUCTIONS[: c.jobs_per_chunk], max_tokens=c.max_tokens)
         return bench_jobs(chunks, cfg)
     params = SamplingParams(max_tokens=c.max_tokens)
+    written = dict(c.prompts)
+    if setting in written:
+        return [ChatRequest(list(written[setting](chunk, q)), params)
+                for chunk in chunks for q in WRITTEN[: c.jobs_per_chunk]]  # fmt: skip
     return [ChatRequest([Message("user", f"Excerpt:\n{chunk}\n\n{q}")], params)
             for chunk in chunks for q in FREEFORM[: c.jobs_per_chunk]]  # fmt: skip
 
