@@ -66,10 +66,21 @@ class Drafter(Protocol):
     """It drafts per JSON schema: ``start`` tells it the schema key of each job (the grammar trace)."""
     learns: bool
     """It keeps what finished replies taught it: ``reset`` forgets it, ``save`` persists it."""
+    costly: bool
+    """Drafting takes time worth counting (a draft model): the speculator plans each sequence's draft length with
+    ``draft_seconds`` before it asks, and asks for every sequence at once (``propose_many``)."""
 
     def start(self, seq: int, schema: str) -> None: ...
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]: ...
+
+    def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
+        """``propose`` for each ``(seq, tokens, k)`` of a step."""
+        ...
+
+    def draft_seconds(self, seqs: int) -> float:
+        """Seconds of one drafted position over ``seqs`` sequences (0 for a lookup)."""
+        ...
 
     def finish(self, seq: int, tokens: Sequence[int], n_prompt: int) -> None: ...
 
@@ -86,12 +97,19 @@ class DrafterBase:
     name = "drafter"
     per_schema = False
     learns = False
+    costly = False
 
     def start(self, seq: int, schema: str) -> None:
         pass
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
         raise NotImplementedError
+
+    def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
+        return [self.propose(seq, tokens, k) for seq, tokens, k in requests]
+
+    def draft_seconds(self, seqs: int) -> float:
+        return 0.0
 
     def finish(self, seq: int, tokens: Sequence[int], n_prompt: int) -> None:
         pass

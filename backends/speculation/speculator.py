@@ -75,6 +75,9 @@ SAVE_EVERY_S = 30.0
 CALIBRATION_ALPHA = 0.05
 K_MAX = 8
 """The longest draft of one sequence verified in one step (the llama.cpp engine's default)."""
+PROBE_EVERY = 8
+PROBE_TOKENS = 2
+"""A costly drafter planned out of every draft still drafts this many tokens one step in ``PROBE_EVERY``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +165,7 @@ class Speculator:
         self._calls: CallCost | None = None
         self._saved = time.monotonic()
         self._calibration: dict[bool, float] = {}
+        self._probe = 0
         self.gate: SpeedGate | None = SpeedGate()
         """None: draft as the cost table says whatever the steps measure (tests that need drafts every step)."""
 
@@ -188,26 +192,73 @@ class Speculator:
         """``jobs``: ``(seq, tokens so far, room)`` of each generating sequence; one draft each (maybe empty).
         ``carried``: the tokens each sequence's call holds without a draft (1, its pending token, unless it
         computes confirmed ones again after a rollback)."""
-        picks: list[tuple[str, list[int], float, dict[str, list[int]]]] = []
-        for seq, tokens, room in jobs:
+        offers: list[dict[str, list[int]]] = [{} for _ in jobs]
+        rooms = [min(room, self.k_max) for _, _, room in jobs]
+        for drafter in sorted(self.drafters, key=lambda d: d.costly):  # lookups first: a plan counts their offers
+            lengths = self._planned(drafter, jobs, rooms, offers, carried) if drafter.costly else rooms
+            asks = [(seq, tokens, k) for (seq, tokens, _), k in zip(jobs, lengths, strict=True) if k > 0]
+            got = iter(drafter.propose_many(asks) if asks else ())
+            for i, k in enumerate(lengths):
+                if k > 0:
+                    offers[i][drafter.name] = next(got)
+        picks: list[tuple[str, list[int], float]] = []
+        for (seq, _, _), offered in zip(jobs, offers, strict=True):
             best: tuple[str, list[int], float] = ("", [], 0.0)
-            offers: dict[str, list[int]] = {}
-            for drafter in self.drafters if room > 0 else ():
-                proposal = offers[drafter.name] = drafter.propose(seq, tokens, min(room, self.k_max))
-                a = self.tracker.get(seq, drafter.name)
+            for name, proposal in offered.items():
+                a = self.tracker.get(seq, name)
                 if proposal and expected_tokens(a, len(proposal)) > expected_tokens(best[2], len(best[1])):
-                    best = (drafter.name, proposal, a)
-            picks.append((*best, offers))
+                    best = (name, proposal, a)
+            picks.append(best)
         if not any(p[1] for p in picks):
-            return [Draft(offers=p[3]) for p in picks]
+            return [Draft(offers=o) for o in offers]
         if self.depth is not None:
             depths = [min(self.depth, len(p[1])) for p in picks]
         else:
             rollback_s = self.cost.rollback_s if self.recurrent else None
             depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)),
                                    base=carried, rollback_s=rollback_s)  # fmt: skip
-        return [Draft(name, tuple(tokens[:k]), offers) if k else Draft(offers=offers)
-                for (name, tokens, _, offers), k in zip(picks, depths, strict=True)]  # fmt: skip
+        return [Draft(name, tuple(tokens[:k]), offered) if k else Draft(offers=offered)
+                for (name, tokens, _), offered, k in zip(picks, offers, depths, strict=True)]  # fmt: skip
+
+    def _planned(
+        self,
+        drafter: Drafter,
+        jobs: Sequence[tuple[int, Sequence[int], int]],
+        rooms: Sequence[int],
+        offers: Sequence[Mapping[str, Sequence[int]]],
+        carried: Sequence[int] | None,
+    ) -> list[int]:
+        """How many tokens a costly drafter drafts for each sequence: the lengths that maximise the batch's
+        expected tokens per second counting its drafting time too (``draft_seconds`` a position, for the longest
+        draft, since a position is one call over all the sequences), none where a lookup's offer is worth more.
+        Where that plans no draft at all, one step in ``PROBE_EVERY`` still drafts ``PROBE_TOKENS``, so that its
+        acceptance estimate follows the reply and it comes back where it starts to pay."""
+        if self.depth is not None:
+            return list(rooms)
+        caps, base = [], []
+        for i, ((seq, _, _), room, offered) in enumerate(zip(jobs, rooms, offers, strict=True)):
+            a = self.tracker.get(seq, drafter.name)
+            rival = max(offered.items(), default=("", ()),
+                        key=lambda o: expected_tokens(self.tracker.get(seq, o[0]), len(o[1])))  # fmt: skip
+            wins = expected_tokens(a, room) > expected_tokens(self.tracker.get(seq, rival[0]), len(rival[1]))
+            caps.append(room if wins else 0)
+            # a sequence a lookup drafts for carries that draft in the call (roughly: depths are chosen later)
+            base.append((1 if carried is None else carried[i]) + (0 if wins else len(rival[1])))
+        if not any(caps):
+            return caps
+        per_position = drafter.draft_seconds(len(jobs))
+        step = self._step_cost(len(jobs))
+
+        def cost(lengths: Sequence[float]) -> float:
+            drafted = max(length - b for length, b in zip(lengths, base, strict=True))
+            return step(lengths) + per_position * max(0.0, drafted)
+
+        acceptance = [self.tracker.get(seq, drafter.name) for seq, _, _ in jobs]
+        lengths = choose_depths(acceptance, caps, cost, base=base)
+        self._probe = (self._probe + 1) % PROBE_EVERY
+        if not any(lengths) and self._probe == 0:
+            return [min(cap, PROBE_TOKENS) for cap in caps]
+        return lengths
 
     def _step_cost(self, seqs: int) -> Callable[[Sequence[float]], float]:
         """``T`` of a call over ``seqs`` sequences by the tokens each carries (``CallCost``), its draft part scaled

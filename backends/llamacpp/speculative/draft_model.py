@@ -7,24 +7,35 @@ position)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from ...speculation.drafters import DrafterBase
+from ...speculation.speculator import size_class
 from ..ffi import LlamaContext, LlamaModel, TokenBatch
 from ..slots import common_prefix
 
 __all__ = ["DraftModel"]
+
+POSITION_ALPHA = 0.2
+"""Weight of each timed call in a size class's seconds per drafted position."""
 
 
 class DraftModel(DrafterBase):
     """A smaller GGUF with the target's vocabulary, drafting greedily (a deterministic draft, verified by
     sample-and-compare). Keeps a KV stream per sequence and computes only the tokens it has not seen. A hybrid
     draft model (recurrent layers) cannot drop its rejected draft tokens: it checkpoints its recurrent state after
-    the confirmed tokens and goes back to it before the next draft."""
+    the confirmed tokens and goes back to it before the next draft.
+
+    ``propose_many`` drafts for every sequence of a step together: one decode call per drafted position, over the
+    sequences still drafting (each its own length), so eight sequences cost a draft position about what one
+    does on a CPU, not eight times it. Each call's seconds, by batch size class, are ``draft_seconds``: what
+    the speculator counts before it asks for a draft (``Drafter.costly``)."""
 
     name = "draft_model"
+    costly = True
 
     def __init__(self, path: str | os.PathLike[str], *, n_seqs: int, seq_ctx: int, n_threads: int) -> None:
         self.model: LlamaModel = LlamaModel(path)
@@ -34,17 +45,59 @@ class DraftModel(DrafterBase):
         self._held: dict[int, list[int]] = {}
         self.recurrent = self.model.memory != "attention"
         self._checkpoints: dict[int, tuple[int, bytes]] = {}
+        self._position_s: dict[int, float] = {}
         self.computed = 0
         """Tokens decoded so far (prompts, confirmed tokens and drafts), for benches and tests."""
+        self.calls = 0
+        """Decode calls so far, for benches and tests."""
+
+    def draft_seconds(self, seqs: int) -> float:
+        """Seconds of one drafted position over ``seqs`` sequences, as measured (their size class's, else the
+        nearest measured class's; 0 before any)."""
+        if not self._position_s:
+            return 0.0
+        size = size_class(seqs)
+        return self._position_s.get(size) or self._position_s[min(self._position_s, key=lambda s: abs(s - size))]
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
-        out: list[int] = []
-        if k <= 0:
-            return out
-        for ranked in self.steps(seq, tokens):
-            out.append(ranked[0][0])
-            if len(out) >= k or self.model.is_eog(out[-1]):
+        return self.propose_many([(seq, tokens, k)])[0]
+
+    def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
+        """Up to ``k`` greedy tokens after ``tokens`` for each ``(seq, tokens, k)``, all sequences in one call a
+        position."""
+        out: list[list[int]] = [[] for _ in requests]
+        feed: dict[int, tuple[int, int]] = {}  # request -> (the token it feeds next, its draft's length)
+        for i, (seq, tokens, k) in enumerate(requests):
+            k = min(k, self.ctx.seq_ctx - len(tokens) - 1)
+            last = self._catch_up(seq, tokens) if k > 0 and tokens else None
+            if last is not None:
+                feed[i] = (last, k)
+        first = True
+        while feed:
+            self.batch.clear()
+            at = {}
+            for i, (token, _) in feed.items():
+                seq = requests[i][0]
+                at[i] = self.batch.add([token], len(self._held[seq]), seq, logits_last=True)
+            start = time.perf_counter()
+            if self._decode():
                 break
+            if not first:  # the first call also computes the tokens confirmed since the last draft
+                size = size_class(len(feed))
+                old = self._position_s.get(size)
+                spent = time.perf_counter() - start
+                self._position_s[size] = spent if old is None else old + POSITION_ALPHA * (spent - old)
+            drafting: dict[int, tuple[int, int]] = {}
+            for i, (token, k) in feed.items():
+                seq = requests[i][0]
+                self._held[seq].append(token)
+                if first and self.recurrent:  # the confirmed tokens are in: the next draft's start
+                    self._checkpoints[seq] = (len(self._held[seq]), self.ctx.recurrent_state(seq))
+                best = int(np.argmax(self.ctx.logits(at[i])))
+                out[i].append(best)
+                if len(out[i]) < k and not self.model.is_eog(best):
+                    drafting[i] = (best, k)
+            feed, first = drafting, False
         return out
 
     def steps(
@@ -54,34 +107,51 @@ class DraftModel(DrafterBase):
         their probabilities (without ``probs``, 1.0: no softmax is computed), most likely first; the first is
         fed back as the next position's input when the caller asks for the next item. Stop by not asking (the
         tokens drafted so far stay cached and are dropped or kept by the next call's ``tokens``)."""
+        if not tokens:
+            return
         held = self._held.setdefault(seq, [])
-        self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))  # compute at least the last
-        todo = list(tokens[len(held) :])
-        while len(held) + len(todo) < self.ctx.seq_ctx:
-            if self.recurrent and len(held) == len(tokens):  # the confirmed tokens are in: the next draft's start
+        token = self._catch_up(seq, tokens)
+        first = True
+        if token is None:
+            return
+        while len(held) + 1 < self.ctx.seq_ctx:
+            self.batch.clear()
+            idx = self.batch.add([token], len(held), seq, logits_last=True)
+            if self._decode():
+                return
+            held.append(token)
+            if first and self.recurrent:
                 self._checkpoints[seq] = (len(held), self.ctx.recurrent_state(seq))
-            idx = -1
-            for start in range(0, len(todo), self.batch.capacity):  # the unseen tokens, then each draft token
-                part = todo[start : start + self.batch.capacity]
-                self.batch.clear()
-                idx = self.batch.add(part, len(held), seq, logits_last=True)
-                if self.ctx.decode(self.batch) != 0:
-                    return
-                held.extend(part)
-                self.computed += len(part)
-            logits = self.ctx.logits(idx)
-            if width <= 1 and not probs:
-                ranked = [(int(np.argmax(logits)), 1.0)]
-            else:
-                top = np.argpartition(logits, -width)[-width:] if width > 1 else np.array([np.argmax(logits)])
-                top = top[np.argsort(-logits[top])]
-                z = logits - logits[top[0]]
-                p = np.exp(z[top]) / float(np.exp(z).sum()) if probs else np.ones(len(top))
-                ranked = [(int(t), float(q)) for t, q in zip(top, p, strict=True)]
+            first = False
+            ranked = _ranked(self.ctx.logits(idx), width, probs)
             yield ranked
             if self.model.is_eog(ranked[0][0]):
                 return
-            todo = [ranked[0][0]]
+            token = ranked[0][0]
+
+    def _catch_up(self, seq: int, tokens: Sequence[int]) -> int | None:
+        """Make ``seq`` hold ``tokens`` but the last, computing only what it does not hold yet (in calls of a
+        batch's capacity, without logits); return the last token, which the next call computes with logits (None
+        where llama.cpp refused a call)."""
+        held = self._held.setdefault(seq, [])
+        self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))
+        todo = list(tokens[len(held) : -1])
+        for start in range(0, len(todo), self.batch.capacity):
+            part = todo[start : start + self.batch.capacity]
+            self.batch.clear()
+            self.batch.add(part, len(held), seq, logits_last=False)
+            if self._decode():  # no room: no draft for this sequence this step (a draft is never needed)
+                return None
+            held.extend(part)
+        return int(tokens[-1])
+
+    def _decode(self) -> bool:
+        """Decode the batch; True where llama.cpp refused it (no room: the draft stops there)."""
+        self.calls += 1
+        if self.ctx.decode(self.batch) != 0:
+            return True
+        self.computed += self.batch.n
+        return False
 
     def _rewind(self, seq: int, held: list[int], keep: int) -> None:
         """Keep the first ``keep`` of the ``held`` tokens of ``seq`` (a recurrent model: those up to its
@@ -111,3 +181,14 @@ class DraftModel(DrafterBase):
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
+
+
+def _ranked(logits: np.ndarray, width: int, probs: bool) -> list[tuple[int, float]]:
+    """The ``width`` most likely tokens, most likely first, with their probabilities (1.0 without ``probs``)."""
+    if width <= 1 and not probs:
+        return [(int(np.argmax(logits)), 1.0)]
+    top = np.argpartition(logits, -width)[-width:] if width > 1 else np.array([np.argmax(logits)])
+    top = top[np.argsort(-logits[top])]
+    z = logits - logits[top[0]]
+    p = np.exp(z[top]) / float(np.exp(z).sum()) if probs else np.ones(len(top))
+    return [(int(t), float(q)) for t, q in zip(top, p, strict=True)]

@@ -244,3 +244,32 @@ def test_a_draft_model_keeps_the_reply_of_plain_decoding(smollm2_gguf: Path, par
         assert drafted == batch["drafted"] > 0 and 0 < batch["accepted"] < batch["drafted"]
     finally:
         engine.close()
+
+
+def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf: Path) -> None:
+    """``DraftModel.propose_many``: the drafts of three sequences, each its own length, are what each gets alone,
+    in one decode call a position (after the call that computes their prompts), and each call is timed."""
+    from minions.backends.llamacpp.speculative import DraftModel
+
+    prompts = [[1, 504, 3058, 282, 260, 2365, 30], [1, 1206, 314, 253, 1363, 28], [1, 504, 3058, 282, 7421, 30, 216]]
+    lengths = [5, 2, 8]
+    alone = DraftModel(smollm2_gguf, n_seqs=3, seq_ctx=256, n_threads=2)
+    together = DraftModel(smollm2_gguf, n_seqs=3, seq_ctx=256, n_threads=2)
+    try:
+        single = [alone.propose(seq, p, k) for seq, (p, k) in enumerate(zip(prompts, lengths, strict=True))]
+        calls = together.calls
+        batched = together.propose_many([(seq, p, k) for seq, (p, k) in enumerate(zip(prompts, lengths, strict=True))])
+        assert batched == single
+        assert [len(d) for d in batched] == lengths  # none of these hits the end of generation so soon
+        # one call for each prompt but its last token, then one a position for all: not sum(lengths)
+        assert together.calls - calls == len(prompts) + max(lengths)
+        assert together.draft_seconds(3) > 0 and together.draft_seconds(1) > 0  # 3 and 1 sequences were timed
+        # the next step computes only what is new: the accepted tokens, the pending one, then its drafts
+        accepted = [[*p, *d[:1]] for p, d in zip(prompts, batched, strict=True)]
+        computed = together.computed
+        again = together.propose_many([(seq, p, 1) for seq, p in enumerate(accepted)])
+        assert together.computed - computed == 3  # each sequence's pending token (its drafts' cells are reused)
+        assert again == [d[1:2] for d in batched]
+    finally:
+        alone.close()
+        together.close()

@@ -24,6 +24,7 @@ from minions.backends.speculation import (
     choose_depths,
     expected_tokens,
 )
+from minions.backends.speculation.speculator import PROBE_EVERY, PROBE_TOKENS
 
 from .chi_square import chi_square, chi_square_critical
 
@@ -318,3 +319,55 @@ def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
     assert spec.propose([(0, [1, 2, 3], 3)])[0].tokens == ()
     spec.reset()
     assert spec.draft_cost_scale == 1.0
+
+
+class CostlyDrafter(ScriptedDrafter):
+    """A scripted draft model: ``seconds`` a drafted position; records what it was asked."""
+
+    costly = True
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(lambda seq, tokens, k: [7] * k, name="model")
+        self.seconds = seconds
+        self.asked: list[list[tuple[int, int]]] = []
+
+    def propose_many(self, requests):  # type: ignore[no-untyped-def]
+        self.asked.append([(seq, k) for seq, _, k in requests])
+        return super().propose_many(requests)
+
+    def draft_seconds(self, seqs: int) -> float:
+        return self.seconds
+
+
+def test_a_costly_drafter_is_asked_for_the_drafts_that_pay_for_its_time() -> None:
+    """A draft model is asked once a step for all sequences, for the lengths that pay counting its seconds a
+    position; where they cannot pay it is not asked (but for a short probe one step in ``PROBE_EVERY``), and where
+    a lookup offers more it is not asked for that sequence."""
+    curve = CostCurve((1, 2, 4, 8, 16, 32), (1.0, 1.05, 1.1, 1.2, 1.3, 1.4))  # verifying is nearly free: drafts pay
+    jobs = [(0, [1, 2, 3], 8), (1, [4, 5, 6], 8)]
+    free = CostlyDrafter(0.0)
+    spec = Speculator([free], lambda: curve)
+    spec.tracker.drafters["model"] = 0.8
+    drafts = spec.propose(jobs)
+    assert free.asked == [[(0, 8), (1, 8)]] and all(len(d.tokens) == 8 for d in drafts)
+
+    slow = CostlyDrafter(0.4)  # a position costs 40% of a target step: only short drafts pay
+    spec = Speculator([slow], lambda: curve)
+    spec.tracker.drafters["model"] = 0.8
+    spec.propose(jobs)
+    assert slow.asked and 0 < max(k for _, k in slow.asked[0]) < 8
+
+    hopeless = CostlyDrafter(5.0)
+    spec = Speculator([hopeless], lambda: curve)
+    spec.tracker.drafters["model"] = 0.8
+    for _ in range(PROBE_EVERY):
+        spec.propose(jobs)
+    assert hopeless.asked == [[(0, PROBE_TOKENS), (1, PROBE_TOKENS)]]  # the probe, once
+
+    lookup = ScriptedDrafter(lambda seq, tokens, k: [9] * k if seq == 0 else [], name="lookup")
+    rival = CostlyDrafter(0.0)
+    spec = Speculator([rival, lookup], lambda: curve)
+    spec.tracker.drafters.update(model=0.6, lookup=0.95)
+    drafts = spec.propose(jobs)
+    assert rival.asked == [[(1, 8)]]  # sequence 0's lookup offer is worth more than the model's
+    assert drafts[0].drafter == "lookup" and drafts[1].drafter == "model"
