@@ -13,6 +13,8 @@ names the server and shows what came back, retried like any transient failure.
 Time is bounded by ``timeout`` (``MINIONS_REMOTE_TIMEOUT``, default ``DEFAULT_TIMEOUT_S``): no byte for that
 long, or a whole (non-streamed) reply that takes longer, is a ``BackendTimeoutError``, and it is not retried:
 a server that hung once is likely to hang again, and waiting for it max_retries times more is not an answer.
+A request that timed out while others were in flight waited in the server's queue instead: it is sent again,
+and fewer go out at once from then on (``InFlight``).
 
     sync:  chat/_chat ──► _call(_post) ──┐
     async: achat ──────► _acall(_apost) ─┼──► _after_failure(exc, attempt): wait this long, or raise translated
@@ -141,6 +143,8 @@ PROBE = [Message("user", "Hi")]
 """What the one request that finds out whether a server reports log-probabilities sends (one token back)."""
 DEFAULT_CONCURRENCY = 8
 """Requests of a batch in flight at once where the server does not say how many it runs together."""
+MAX_REQUEUES = 3
+"""Times a request that timed out in a server's queue is sent again (8 in flight, halved 3 times, is 1)."""
 PROBE_TIMEOUT_S = 30.0
 """Seconds that request may take: a server that cannot say so in that time is taken not to report them."""
 
@@ -158,6 +162,65 @@ except ImportError:  # pragma: no cover - depends on the installed SDK
 _CALL_ERRORS: tuple[type[Exception], ...] = (openai.OpenAIError, *_TRANSPORT_ERRORS)
 
 _Response = openai.APIResponse[Any] | openai.AsyncAPIResponse[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    others: int
+    """Requests in flight to the server when this one was sent."""
+
+
+class InFlight:
+    """The requests in flight to one server, and at most how many (none until one timed out in its queue).
+
+    A server that runs one request at a time and does not say so (llama-cpp-python's: no ``/props``) queues the
+    others of a batch, and on a busy machine the last of them wait there past the timeout. Such a request, in
+    flight beside others when it was sent or when it timed out, is no sign of a hung server: ``queued`` halves
+    the limit and the caller sends it again; the requests over the limit wait here, where the wait does not
+    count against the timeout. At one in flight, with no queued request given up lately, a timeout is the
+    server's own."""
+
+    def __init__(self) -> None:
+        self.limit: int | None = None
+        self.active = 0
+        self._last: float | None = None
+        self.hung = False
+        """A request timed out alone: no more are sent again until one is answered."""
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[Shared]:
+        """Hold one of the requests in flight for the block (waiting for one under the limit); yields how many
+        others were in flight when it started."""
+        with self._cond:
+            while self.limit is not None and self.active >= self.limit:
+                self._cond.wait()
+            shared = Shared(self.active)
+            self.active += 1
+        try:
+            yield shared
+        finally:
+            with self._cond:
+                self.active -= 1
+                self._cond.notify_all()
+
+    def queued(self, others: int) -> int:
+        """A request in flight beside ``others`` timed out: half as many at most (never under 1)."""
+        with self._cond:
+            self.limit = max(1, min(self.limit or others + 1, others + 1) // 2)
+            self._last = time.monotonic()
+            return self.limit
+
+    def requeue(self, others: int, timeout: float, requeued: int) -> bool:
+        """Whether a request that timed out beside ``others``, sent again ``requeued`` times so far, waited in the
+        queue: others were in flight with it, or requests timed out in the queue lately (the server may still be
+        running those: it does not know they were given up, and they hold up the next ones). Not once a request
+        timed out alone with none queued lately (the server hangs), until one is answered."""
+        with self._cond:
+            lately = self._last is not None and time.monotonic() - self._last < MAX_REQUEUES * timeout
+            if not (others or lately):
+                self.hung = True
+            return bool(others or lately) and not self.hung and requeued < MAX_REQUEUES
 
 
 def default_timeout() -> float:
@@ -324,6 +387,7 @@ class OpenAIBackend(AskingBackend):
         self._declare(capabilities, ask=self._custom_url)
         self._slots: int | None = None
         self._slots_known = not self._custom_url  # asked at the first batch (see max_concurrency)
+        self._in_flight = InFlight()
         self._prices = prices
         self._http_client = http_client
         self._lock = threading.Lock()
@@ -380,9 +444,9 @@ class OpenAIBackend(AskingBackend):
     @property
     def max_concurrency(self) -> int:
         """Requests of a batch in flight at once: the server's ``slots`` where it says, else
-        ``DEFAULT_CONCURRENCY``. More than it runs together would wait in its queue, and the wait counts against
-        the timeout."""
-        return self.slots or DEFAULT_CONCURRENCY
+        ``DEFAULT_CONCURRENCY``, and fewer once requests queued on it timed out (``InFlight``). More than it runs
+        together would wait in its queue, and the wait counts against the timeout."""
+        return min(self.slots or DEFAULT_CONCURRENCY, self._in_flight.limit or DEFAULT_CONCURRENCY)
 
     @max_concurrency.setter
     def max_concurrency(self, requests: int) -> None:
@@ -473,14 +537,27 @@ class OpenAIBackend(AskingBackend):
         return True
 
     def _call(self, request: Callable[[], T]) -> tuple[T, int]:
-        """Run ``request`` with retries; return its value and the number of attempts it took."""
-        attempt = 0
+        """Run ``request`` with retries; return its value and the number of attempts it took. A request that
+        timed out beside others in flight waited in the server's queue behind them: it is sent again (up to
+        ``MAX_REQUEUES`` times), with at most half as many in flight from then on (``InFlight``)."""
+        attempt = requeued = 0
         while True:
             attempt += 1
-            try:
-                return request(), attempt
-            except _CALL_ERRORS as exc:
-                time.sleep(self._after_failure(exc, attempt))
+            with self._in_flight.slot() as shared:
+                try:
+                    value = request()
+                except _CALL_ERRORS as exc:
+                    error, others = exc, max(shared.others, self._in_flight.active - 1)
+                else:
+                    self._in_flight.hung = False
+                    return value, attempt
+            if isinstance(error, _TIMEOUTS) and self._in_flight.requeue(others, self.timeout, requeued):
+                requeued += 1
+                limit = self._in_flight.queued(others)
+                log.info("%s: a request sent beside %d others timed out; at most %d at once now, sending it "
+                         "again", self.endpoint, others, limit)  # fmt: skip
+                continue
+            time.sleep(self._after_failure(error, attempt))
 
     async def _acall(self, request: Callable[[], Awaitable[T]]) -> tuple[T, int]:
         attempt = 0

@@ -6,6 +6,7 @@ the slow test runs two real llama-cpp-python servers and kills one mid-batch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -30,9 +31,13 @@ from tests.loopback import LoopbackServer, serving
 class EchoServer(LoopbackServer):
     """Answers every chat completion with the last word of the prompt; counts requests in flight."""
 
-    def __init__(self, delay_s: float = 0.05, *, logprobs: bool = False, slots: int | None = None) -> None:
+    def __init__(
+        self, delay_s: float = 0.05, *, logprobs: bool = False, slots: int | None = None, serial: bool = False
+    ) -> None:
         super().__init__(EchoHandler)
         self.delay_s = delay_s
+        self.serial = threading.Lock() if serial else contextlib.nullcontext()
+        """``serial``: it answers one request at a time, the others wait (llama-cpp-python's server)."""
         self.logprobs = logprobs  # whether it reports log-probabilities when asked
         self.slots = slots  # what it reports at /props, as llama.cpp's server does (None: 404, as others)
         self.lock = threading.Lock()
@@ -65,7 +70,8 @@ class EchoHandler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.in_flight += 1
             self.server.peak = max(self.server.peak, self.server.in_flight)
-        time.sleep(self.server.delay_s)  # long enough for the client's workers to overlap
+        with self.server.serial:
+            time.sleep(self.server.delay_s)  # long enough for the client's workers to overlap
         with self.server.lock:
             self.server.in_flight -= 1
             self.server.served += 1
@@ -214,3 +220,19 @@ def test_two_real_servers_one_killed_mid_batch(start_openai_server: ServerStarte
     assert all(r.text.strip() for r in results)
     served = Counter(r.stats["server"] for r in results)
     assert served[url_b] > served[url_a]  # B took over A's jobs
+
+
+def test_requests_queued_on_a_one_at_a_time_server_are_sent_again_with_fewer_at_once() -> None:
+    """A server that answers one request at a time and reports no slots (as llama-cpp-python's): of 8 requests
+    sent at once, the last ones wait in its queue past the timeout. They are sent again, with fewer in flight,
+    and every job answers; a later batch sends no more than the lowered limit."""
+    with serving(EchoServer(0.3, serial=True)) as server:
+        backend = OpenAIBackend("m", base_url=server.base_url, timeout=1.0, max_retries=0)
+        assert backend.max_concurrency == DEFAULT_CONCURRENCY
+        results = backend.batch(jobs(8))
+        assert [r.text for r in results] == [str(i) for i in range(8)]
+        assert server.served > 8  # some were sent twice
+        assert 1 <= backend.max_concurrency < DEFAULT_CONCURRENCY
+        served = server.served
+        assert [r.text for r in backend.batch(jobs(3))] == ["0", "1", "2"]
+        assert server.served - served == 3 and backend._in_flight.limit == backend.max_concurrency
