@@ -31,7 +31,6 @@ from ..base import BaseBackend, Capabilities, MessagesLike, OnResult
 from ..models import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
-from .prefixes import marked_prompt
 from .worker import submit
 
 if TYPE_CHECKING:
@@ -151,20 +150,7 @@ class LlamaCppBackend(BaseBackend):
         """The prompt tokens each of ``requests`` would compute now: its whole prompt, less its marked prefix where
         that prefix's state is saved (``EngineConfig.kv_cache``)."""
 
-        def count(_: CancelToken) -> list[int]:
-            engine = self.engine
-            out = []
-            for request in requests:
-                prompt, n = marked_prompt(engine.model, request.messages, request.prefix)
-                saved = (
-                    engine.prefixes is not None
-                    and n >= engine.config.min_saved_prefix
-                    and prompt[:n] in engine.prefixes
-                )
-                out.append(len(prompt) - (n if saved else 0))
-            return out
-
-        return self._on_llama_thread(count)
+        return self._on_llama_thread(lambda _: self.engine.prompt_tokens(requests))
 
     def save_prefixes(
         self,

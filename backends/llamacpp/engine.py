@@ -251,6 +251,22 @@ class Engine:
         assert all(r is not None for r in results), "every job ends with a result"
         return [replace(r, stats={**r.stats, "batch": batch}) for r in results if r is not None]
 
+    def _saved_prefix(self, request: ChatRequest) -> tuple[list[int], int]:
+        """The request's prompt tokens, and how many of them are a prefix this engine saves (its mark, long enough
+        and within the context; else 0)."""
+        prompt, n = marked_prompt(self.model, request.messages, request.prefix)
+        return prompt, n if self.config.min_saved_prefix <= n < self.config.n_ctx else 0
+
+    def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]:
+        """The prompt tokens each of ``requests`` would compute now: its whole prompt, less its marked prefix where
+        that prefix's state is saved (``EngineConfig.kv_cache``)."""
+        out = []
+        for request in requests:
+            prompt, n = self._saved_prefix(request)
+            saved = n and self.prefixes is not None and prompt[:n] in self.prefixes
+            out.append(len(prompt) - (n if saved else 0))
+        return out
+
     def save_prefixes(
         self,
         requests: Sequence[ChatRequest],
@@ -266,8 +282,8 @@ class Engine:
         cache, start = self.prefixes, time.perf_counter()
         todo: dict[str, list[int]] = {}
         for request in requests:
-            prompt, n = marked_prompt(self.model, request.messages, request.prefix)
-            if n >= self.config.min_saved_prefix and n < self.config.n_ctx:
+            prompt, n = self._saved_prefix(request)
+            if n:
                 todo.setdefault(cache.key(prompt[:n]), prompt[:n])
         done = saved = computed = tokens = 0
 
