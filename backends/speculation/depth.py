@@ -256,29 +256,40 @@ class CallCost:
 
 @dataclass
 class AcceptanceTracker:
-    """Per-token acceptance as an exponential moving average, per drafter and per sequence.
+    """Per-token acceptance, per drafter and per sequence: accepted tokens over tested ones, both counted with
+    the older steps' counts decayed.
 
     A verified draft of length ``k`` with ``m`` accepted is ``m`` successes and, if ``m < k``, one failure (the
-    positions after the first rejection were never tested). A sequence's estimate starts from its drafter's
-    estimate over all sequences (which starts at ``prior``)."""
+    positions after the first rejection were never tested). Each update first multiplies the counts by
+    ``decay``; the estimate is ``(successes + prior w) / (outcomes + w)``, ``w`` = ``weight``. A sequence's counts
+    start from its drafter's over all sequences (which start at none: the estimate is ``prior``).
 
-    alpha: float = 0.3
+    Counts, not a moving average over the outcomes in order: a step's failure comes after its successes, so an
+    average that weighs the latest outcome most was at its lowest whenever the next step asked (with weight
+    0.3, a draft model that agreed with its target on 91% of tokens was estimated 0.6-0.7 and its drafts cut
+    short)."""
+
+    decay: float = 0.8
     prior: float = 0.5
-    drafters: dict[str, float] = field(default_factory=dict)
-    sequences: dict[tuple[int, str], float] = field(default_factory=dict)
+    weight: float = 2.0
+    drafters: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Each drafter's (successes, outcomes) over all sequences."""
+    sequences: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
 
     def get(self, seq: int, drafter: str) -> float:
-        return self.sequences.get((seq, drafter), self.drafters.get(drafter, self.prior))
+        s, n = self.sequences.get((seq, drafter)) or self.drafters.get(drafter) or (0.0, 0.0)
+        return (s + self.prior * self.weight) / (n + self.weight)
+
+    def set(self, drafter: str, a: float, outcomes: float = 20.0) -> None:
+        """Start ``drafter``'s estimate at ``a``, as if from ``outcomes`` outcomes (tests, benches)."""
+        self.drafters[drafter] = (a * (outcomes + self.weight) - self.prior * self.weight, outcomes)
 
     def update(self, seq: int, drafter: str, k: int, m: int) -> None:
-        outcomes = [1.0] * m + ([0.0] if m < k else [])
-        self.sequences[(seq, drafter)] = self._ema(self.get(seq, drafter), outcomes)
-        self.drafters[drafter] = self._ema(self.drafters.get(drafter, self.prior), outcomes)
-
-    def _ema(self, a: float, outcomes: Sequence[float]) -> float:
-        for x in outcomes:
-            a += self.alpha * (x - a)  # a <- a + alpha (x - a)
-        return a
+        failed = 1.0 if m < k else 0.0
+        s, n = self.sequences.get((seq, drafter)) or self.drafters.get(drafter) or (0.0, 0.0)
+        self.sequences[(seq, drafter)] = (self.decay * s + m, self.decay * n + m + failed)
+        s, n = self.drafters.get(drafter, (0.0, 0.0))
+        self.drafters[drafter] = (self.decay * s + m, self.decay * n + m + failed)
 
     def observe(self, seq: int, drafter: str, draft: Sequence[int], emitted: Sequence[int]) -> None:
         """Score a proposal against the tokens a step emitted, whether or not it was verified: a draft token

@@ -228,15 +228,28 @@ def test_a_call_costs_the_passes_llama_cpp_splits_it_into() -> None:
     assert choose_depths([0.95] * 8, [2] * 8, calls) == [2] * 8
 
 
-def test_acceptance_tracker_is_an_ema_per_sequence_and_drafter() -> None:
-    t = AcceptanceTracker(alpha=0.5, prior=0.5)
+def test_acceptance_tracker_counts_per_sequence_and_drafter() -> None:
+    t = AcceptanceTracker(decay=0.5, prior=0.5, weight=2.0)
     t.update(0, "context", k=4, m=4)
-    assert t.get(0, "context") == pytest.approx(1 - 0.5**5)
+    assert t.get(0, "context") == pytest.approx((4 + 1) / (4 + 2))
+    t.update(0, "context", k=4, m=1)  # the old counts halve: 2 + 1 successes of 2 + 2 outcomes
+    assert t.get(0, "context") == pytest.approx((3 + 1) / (4 + 2))
     t.update(1, "context", k=4, m=0)  # sequence 1 starts from what the drafter learnt on sequence 0
     assert t.get(1, "context") < t.get(0, "context")
     assert t.get(2, "trace") == 0.5
     t.forget(0)
-    assert t.get(0, "context") == t.drafters["context"]
+    assert t.get(0, "context") == t.get(5, "context")  # the drafter's own
+    t.set("model", 0.8)
+    assert t.get(3, "model") == pytest.approx(0.8)
+
+
+def test_a_steady_acceptance_is_estimated_without_bias_whatever_the_draft_length() -> None:
+    """Drafts that each fail once after ``m`` successes: the estimate at each step, when the next depth is
+    chosen, is near the true rate, not pulled down by the failure that always comes last."""
+    t = AcceptanceTracker()
+    for _ in range(30):
+        t.update(0, "model", k=8, m=7)  # 7 accepted, then a rejection: a rate of 7/8
+    assert t.get(0, "model") == pytest.approx(7 / 8, abs=0.02)
 
 
 # -- drafters -------------------------------------------------------------------------------------------------
@@ -310,7 +323,7 @@ def test_speculator_corrects_the_table_by_what_drafted_calls_cost() -> None:
     cost, and a draft that paid on the table stops paying."""
     curve = CostCurve((1, 2, 4, 8), (1.0, 1.3, 1.9, 3.1))
     spec = Speculator([ScriptedDrafter(lambda seq, tokens, k: [7] * k)], lambda: curve, k_max=3)
-    spec.tracker.drafters["scripted"] = 0.55
+    spec.tracker.set("scripted", 0.55)
     assert len(spec.propose([(0, [1, 2, 3], 3)])[0].tokens) > 0
     for _ in range(50):
         spec.observe_call([1], 0.010)  # plain calls: as measured (1 unit = 10 ms)
@@ -347,19 +360,19 @@ def test_a_costly_drafter_is_asked_for_the_drafts_that_pay_for_its_time() -> Non
     jobs = [(0, [1, 2, 3], 8), (1, [4, 5, 6], 8)]
     free = CostlyDrafter(0.0)
     spec = Speculator([free], lambda: curve)
-    spec.tracker.drafters["model"] = 0.8
+    spec.tracker.set("model", 0.8)
     drafts = spec.propose(jobs)
     assert free.asked == [[(0, 8), (1, 8)]] and all(len(d.tokens) == 8 for d in drafts)
 
     slow = CostlyDrafter(0.4)  # a position costs 40% of a target step: only short drafts pay
     spec = Speculator([slow], lambda: curve)
-    spec.tracker.drafters["model"] = 0.8
+    spec.tracker.set("model", 0.8)
     spec.propose(jobs)
     assert slow.asked and 0 < max(k for _, k in slow.asked[0]) < 8
 
     hopeless = CostlyDrafter(5.0)
     spec = Speculator([hopeless], lambda: curve)
-    spec.tracker.drafters["model"] = 0.8
+    spec.tracker.set("model", 0.8)
     for _ in range(PROBE_EVERY):
         spec.propose(jobs)
     assert hopeless.asked == [[(0, PROBE_TOKENS), (1, PROBE_TOKENS)]]  # the probe, once
@@ -367,7 +380,8 @@ def test_a_costly_drafter_is_asked_for_the_drafts_that_pay_for_its_time() -> Non
     lookup = ScriptedDrafter(lambda seq, tokens, k: [9] * k if seq == 0 else [], name="lookup")
     rival = CostlyDrafter(0.0)
     spec = Speculator([rival, lookup], lambda: curve)
-    spec.tracker.drafters.update(model=0.6, lookup=0.95)
+    spec.tracker.set("model", 0.6)
+    spec.tracker.set("lookup", 0.95)
     drafts = spec.propose(jobs)
     assert rival.asked == [[(1, 8)]]  # sequence 0's lookup offer is worth more than the model's
     assert drafts[0].drafter == "lookup" and drafts[1].drafter == "model"
