@@ -372,8 +372,11 @@ class Scheduler:
                 prefix = job.prompt[: job.prefix]
                 self.counts["prefixes_saved"] += self.prefixes.save(self.lane.ctx, job.slot.seq, prefix)
             if last:
+                seq = _seq_of(job)
                 job.state, job.t_first = "decode", time.perf_counter()
                 self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
+                if job.state == "decode":  # a draft model computes the prompt too, in the prompt's time
+                    self.speculator.prefill(seq, job.prompt)
         self.times["prefill_s"] += time.perf_counter() - start
 
     def _stop_at_shares(self, job: EngineSequence, k: int) -> int:

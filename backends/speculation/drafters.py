@@ -78,6 +78,11 @@ class Drafter(Protocol):
         """``propose`` for each ``(seq, tokens, k)`` of a step."""
         ...
 
+    def prefill(self, seq: int, prompt: Sequence[int]) -> None:
+        """A job's prompt on ``seq`` was computed (a costly drafter computes it too, in the prompt's time rather
+        than in its first decode step's)."""
+        ...
+
     def draft_seconds(self, seqs: int) -> float:
         """Seconds of one drafted position over ``seqs`` sequences (0 for a lookup)."""
         ...
@@ -107,6 +112,9 @@ class DrafterBase:
 
     def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
         return [self.propose(seq, tokens, k) for seq, tokens, k in requests]
+
+    def prefill(self, seq: int, prompt: Sequence[int]) -> None:
+        pass
 
     def draft_seconds(self, seqs: int) -> float:
         return 0.0

@@ -186,6 +186,13 @@ class Speculator:
             if drafter.per_schema:
                 drafter.start(seq, schema_key(schema))
 
+    def prefill(self, seq: int, prompt: Sequence[int]) -> None:
+        """A job's prompt on ``seq`` is computed: a draft model computes it too, now (its time counts as the
+        prompt's, not as the first decode step's)."""
+        for drafter in self.drafters:
+            if drafter.costly:
+                drafter.prefill(seq, prompt)
+
     def propose(
         self, jobs: Sequence[tuple[int, Sequence[int], int]], carried: Sequence[int] | None = None
     ) -> list[Draft]:

@@ -62,6 +62,11 @@ class DraftModel(DrafterBase):
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
         return self.propose_many([(seq, tokens, k)])[0]
 
+    def prefill(self, seq: int, prompt: Sequence[int]) -> None:
+        """Compute ``prompt`` but its last token (the first draft's input) for ``seq``."""
+        if prompt:
+            self._catch_up(seq, prompt)
+
     def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
         """Up to ``k`` greedy tokens after ``tokens`` for each ``(seq, tokens, k)``, all sequences in one call a
         position."""

@@ -246,6 +246,29 @@ def test_a_draft_model_keeps_the_reply_of_plain_decoding(smollm2_gguf: Path, par
         engine.close()
 
 
+def test_a_draft_model_computes_each_prompt_with_the_target(smollm2_gguf: Path) -> None:
+    """The draft model computes a job's prompt in the step that finishes the target's (``Speculator.prefill``),
+    so its first decode step only drafts; a run that does not speculate leaves it alone."""
+    engine = _engine(draft_model=str(smollm2_gguf))
+    try:
+        drafter = engine.speculator.drafters[-1]
+        request = _requests(max_tokens=4)[:1]
+        engine.run(request, speculate=False, trace_tokens=True)
+        assert drafter.computed == 0
+        engine.clear_cache()
+        seen, steps = [], engine.steps(request, trace_tokens=True)
+        try:
+            while True:
+                next(steps)
+                seen.append(drafter.computed)
+        except StopIteration as end:
+            prompt = end.value[0].stats["prompt_ids"]
+        assert len(prompt) - 1 in seen  # after the prompt's last step, before any draft: all but the last token
+        assert seen[0] in (0, len(prompt) - 1) and max(seen) > len(prompt) - 1  # then it drafted
+    finally:
+        engine.close()
+
+
 def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf: Path) -> None:
     """``DraftModel.propose_many``: the drafts of three sequences, each its own length, are what each gets alone,
     in one decode call a position (after the call that computes their prompts), and each call is timed."""
