@@ -1,7 +1,9 @@
 """``minions bench speculative``: plain vs speculative decoding of the same jobs on the same model, same process.
 
 Settings: ``extraction`` (Minions-style JSON jobs over FinanceBench excerpts, greedy, the engine benchmark's
-job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8. A
+job set) and ``freeform`` (prose answers about the same excerpts, greedy), each at batch 1 and batch 8; and
+settings whose prompts the caller writes (``prompts``: the CLI's ``written``, a local model's written answer from
+quotes of each excerpt, which copies figures and names from its prompt). A
 pair's runs are the same jobs through two engines over the same model, one decoding plainly
 (``run(speculate=False)``, the baseline) and one speculating, and they run at the same time, taking the cores
 in turns of a quarter of a second (``turn``): whatever else the machine does falls on both alike. Every
@@ -12,6 +14,9 @@ JSON line per setting:
 - ``plain_tok_s`` / ``spec_tok_s``: generated tokens per second of decode steps (drafting, the verify call and
   sampling included; prefill excluded), and ``speedup``: the median of ``repeats`` pairs run in turn (all of
   them in ``speedups``);
+- ``wall_speedup``: the median over the pairs of the plain run's prompts and decoding over the speculative
+  run's, and ``prefill_s`` of the median pair: a draft model computes every prompt too (``prefill``), which
+  decode speed leaves out and the wall time counts;
 - ``acceptance`` (accepted / drafted), ``tokens_per_step`` (tokens per decode step of the speculative run),
   ``depths`` (how often each draft length was chosen) and ``cost_ratios`` (the measured ``T(n)/T(batch)`` it chose
   them with);
@@ -126,6 +131,12 @@ def _tok_s(results: Sequence[ChatResult]) -> float:
     return float(b["decode_tokens"] / max(1e-9, b["decode_s"]))
 
 
+def _seconds(results: Sequence[ChatResult]) -> float:
+    """The run's prompts and decoding (a draft model's prompts count with the prompts)."""
+    b = results[0].stats["batch"]
+    return float(b["prefill_s"] + b["decode_s"])
+
+
 def _emitted(results: Sequence[ChatResult]) -> int:
     """Tokens emitted by verify steps: all sampled tokens but the first, which the prompt's last chunk gives."""
     return sum(max(0, len(r.stats["token_ids"]) - 1) for r in results)
@@ -198,9 +209,10 @@ def speculative_bench(
                         again = _tok_s(done["again"])
                         noise.append(round(again / baseline, 3))
                         baseline = math.sqrt(baseline * again)
-                    runs.append((baseline, _tok_s(spec), plain, spec, gate))
+                    runs.append((baseline, _tok_s(spec), plain, spec, gate, _seconds(plain) / _seconds(spec)))
                 runs.sort(key=lambda r: r[1] / r[0])
-                plain_tok_s, spec_tok_s, plain, spec, gate = runs[len(runs) // 2]  # the median pair by speedup
+                plain_tok_s, spec_tok_s, plain, spec, gate, _ = runs[len(runs) // 2]  # the median pair by speedup
+                walls = sorted(r[5] for r in runs)
                 b = spec[0].stats["batch"]
                 curve = cost.at(batch)
                 lines.append({
@@ -210,6 +222,9 @@ def speculative_bench(
                     "spec_tok_s": round(spec_tok_s, 1),
                     "speedup": round(spec_tok_s / plain_tok_s, 3),
                     "speedups": [round(r[1] / r[0], 3) for r in runs],
+                    "wall_speedup": round(walls[len(walls) // 2], 3),
+                    "prefill_s": {"plain": round(plain[0].stats["batch"]["prefill_s"], 2),
+                                  "spec": round(spec[0].stats["batch"]["prefill_s"], 2)},
                     **({"plain_vs_plain": noise, "noise_median": sorted(noise)[len(noise) // 2]} if c.noise else {}),
                     "acceptance": round(b["accepted"] / b["drafted"], 3) if b["drafted"] else None,
                     "acceptance_by_drafter": _by_drafter(spec),
