@@ -52,10 +52,11 @@ _SKIP = ("GGUF.", "general.architecture", "general.file_type", "general.name", "
 class DeepRecipe:
     extra_ff: int = 8192
     """Hidden units added to every layer's feed-forward (a multiple of 32, a quantization block)."""
-    epsilon: float = 0.1
+    epsilon: float = 0.05
     """The size of the perturbation: the added units' output weights are the spread of the layer's own times
     ``epsilon * sqrt(ff / extra_ff)``, so that their sum, over ``extra_ff`` random terms, is about ``epsilon``
-    times what the layer's own ``ff`` units add, whatever the width."""
+    times what the layer's own ``ff`` units add, whatever the width. SmolLM2's greedy choice agrees with the
+    target's on 91% of the bench's free-form reply tokens at 0.05, 79-82% at 0.1."""
     dtype: str = "F32"
     """The widened matrices' type: ``F32``, ``F16``, or the source's own (``Q4_0``: its blocks copied as they are)."""
     seed: int = 0
