@@ -289,7 +289,9 @@ def cmd_bench_tree(args: argparse.Namespace) -> int:
 
     from minions.backends.pytorch.bench import TreeBenchConfig, tree_bench
 
-    config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads"))
+    config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads", "target"))
+    if args.draft:
+        config = replace(config, draft_model=args.draft)
     if args.no_llamacpp:
         config = replace(config, llamacpp=False)
     if args.no_draft:
@@ -315,6 +317,13 @@ def _add_bench_tree_parser(kinds: Any) -> None:
     tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
     tree.add_argument("--no-draft", action="store_true", help="skip the draft model's chain and tree")
     tree.add_argument("--no-batched", action="store_true", help="skip decoding the jobs together")
+    tree.add_argument(
+        "--target",
+        metavar="deep|PATH",
+        help="the model to measure: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF "
+        "(default: the shipped SmolLM2)",
+    )
+    tree.add_argument("--draft", metavar="PATH", help="with --target: the draft model's GGUF (default: SmolLM2)")
     tree.set_defaults(func=cmd_bench_tree)
 
 

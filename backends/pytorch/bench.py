@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult
@@ -74,6 +75,12 @@ class TreeBenchConfig:
     """Also run the draft model's chain and tree (when llama.cpp is installed)."""
     batched: bool = True
     """Also decode the jobs together, ``max_batch`` at a time, plainly."""
+    target: str | None = None
+    """The model to measure: ``deep`` (SmolLM2 widened to a ~1B model's cost per token, ``llamacpp.deep``, built
+    once) or a GGUF; None: the shipped SmolLM2."""
+    draft_model: str | None = None
+    """With ``target``: the draft model's GGUF (default: the engine's SmolLM2, as ``bench speculative
+    --target``); without, the target's own GGUF."""
 
 
 class _Tokens:
@@ -146,11 +153,12 @@ def _summary(results: Sequence[ChatResult]) -> dict[str, Any]:
     }
 
 
-def _llamacpp_ms_per_token(jobs: Sequence[ChatRequest], n_threads: int | None) -> float:
+def _llamacpp_ms_per_token(jobs: Sequence[ChatRequest], n_threads: int | None, model: Path | None) -> float:
     from ..llamacpp.engine import Engine, EngineConfig
     from ..models import smollm2_path
 
-    engine = Engine(smollm2_path(), EngineConfig(max_seqs=1, n_threads=n_threads, speculate=False, kv_cache=False))
+    path = model or smollm2_path()
+    engine = Engine(path, EngineConfig(max_seqs=1, n_threads=n_threads, speculate=False, kv_cache=False))
     try:
         results = engine.run(jobs, speculate=False, max_active=1)
     finally:
@@ -170,7 +178,12 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     from .backend import TransformersBackend
     from .decode import SpecConfig, Speculation, measure_cost
 
-    backend = TransformersBackend(draft_model="auto" if c.draft else None)
+    target = draft = None
+    if c.target is not None:
+        from ..llamacpp.deep_bench import resolve_pair
+
+        target, draft = resolve_pair(c.target, c.draft_model)
+    backend = TransformersBackend(model=target, draft_model=(draft or "auto") if c.draft else None)
     names = [name for name, (_, draft) in RUNS.items()
              if (not draft or backend.draft_model is not None) and (c.batched or name != "batched")]  # fmt: skip
     best = "draft_tree" if "draft_tree" in names else "tree"
@@ -219,7 +232,7 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     if "draft_tree" in names:
         line["draft_calibration"] = specs["draft_tree"].calibration.table()
     if c.llamacpp:
-        line["llamacpp_plain_ms_per_token"] = round(_llamacpp_ms_per_token(jobs, c.n_threads), 1)
+        line["llamacpp_plain_ms_per_token"] = round(_llamacpp_ms_per_token(jobs, c.n_threads, target), 1)
     line.update(load_before=round(load, 2), load_after=round(os.getloadavg()[0], 2),
                 seconds=round(time.perf_counter() - start, 1))  # fmt: skip
     return [line]
