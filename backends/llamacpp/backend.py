@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -58,6 +59,7 @@ class LlamaCppBackend(BaseBackend):
         seed: int = 0,
         max_seqs: int = DEFAULT_MAX_SEQS,
         engine_config: EngineConfig | None = None,
+        draft_model: str | os.PathLike[str] | None = None,
     ) -> None:
         if model is None:
             from .quantize import default_local_model
@@ -76,6 +78,10 @@ class LlamaCppBackend(BaseBackend):
         )
         self.max_seqs = max_seqs
         self._engine_config = engine_config
+        self.draft_model = None if draft_model is None else resolve_model_path(draft_model)
+        """A smaller GGUF with the model's vocabulary that drafts for it (``MINIONS_DRAFT_MODEL`` through
+        ``resolve``): it pays where the model costs ten or more times as much per token (a 1B-8B model that writes
+        the answer); prompt lookup drafts without one."""
         self._load_lock = threading.Lock()
         self._engine: Engine | None = None
 
@@ -90,6 +96,8 @@ class LlamaCppBackend(BaseBackend):
                 config = self._engine_config or EngineConfig(
                     n_ctx=self.n_ctx, max_seqs=self.max_seqs, n_threads=self.n_threads
                 )
+                if self.draft_model is not None:
+                    config = replace(config, draft_model=str(self.draft_model))
                 self._engine = Engine(self.model_path, config, name=self.name)
             return self._engine
 

@@ -147,3 +147,27 @@ def test_a_forked_child_decodes_on_a_thread_of_its_own(backend: LlamaCppBackend)
         time.sleep(0.1)
     os.kill(child, 9)
     pytest.fail("the forked child never got a reply: it waited for its parent's llama.cpp thread")
+
+
+def test_a_draft_model_named_in_the_environment_drafts_and_keeps_the_reply(
+    backend: LlamaCppBackend, smollm2_gguf, monkeypatch
+) -> None:
+    """``MINIONS_DRAFT_MODEL``: the embedded engine's model gets that GGUF as its draft model; a streamed written
+    reply is the one plain decoding gives, token for token, and the draft model drafted some of it."""
+    from minions.backends.registry import DRAFT_ENV, resolve
+
+    monkeypatch.setenv(DRAFT_ENV, str(smollm2_gguf))
+    drafted = resolve("llamacpp/default")
+    assert isinstance(drafted, LlamaCppBackend) and drafted.draft_model == smollm2_gguf
+    try:
+        quotes = "[1] (report, p.2) Total revenue for 2025 was $31.8 million, up 29 percent."
+        prompt = f"{quotes}\n\nQuestion: What was the total revenue in 2025? Answer from the quote and cite it."
+        params = SamplingParams(max_tokens=32)
+        assert "".join(drafted.stream(prompt, params)) == backend.chat(prompt, params).text
+        stats = drafted.engine.speculator.drafters[-1]
+        assert stats.name == "draft_model" and stats.computed > 0
+    finally:
+        drafted.close()
+    monkeypatch.setenv(DRAFT_ENV, "/nowhere/draft.gguf")
+    with pytest.raises(ModelNotFoundError, match=r"/nowhere/draft\.gguf"):
+        resolve("llamacpp/default")
