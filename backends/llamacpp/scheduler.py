@@ -411,8 +411,8 @@ class Scheduler:
             # make the speed gate compare the phases of a reply, not the two ways. A step that could draft but
             # whose drafts were all cut to nothing tested no speculation: it is neither a speculative step (the
             # gate would judge drafting by steps that verified no draft, and back off from it) nor a plain one (its
-            # drafters ran).
-            verified = any(draft.tokens for draft in drafts)
+            # drafters ran), unless a draft model drafted for it: that time was spent on speculation.
+            verified = any(draft.tokens for draft in drafts) or (drafting and self.speculator.paid)
             if verified or not drafting:
                 emitted = sum(job.drafts.emitted for job in jobs) - before
                 seconds = time.perf_counter() - start - (self.sample_s - sampling)

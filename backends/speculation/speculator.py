@@ -166,6 +166,9 @@ class Speculator:
         self._saved = time.monotonic()
         self._calibration: dict[bool, float] = {}
         self._probe = 0
+        self.paid = False
+        """The last ``propose`` asked a costly drafter (a draft model): its step spent time on speculation, whether
+        or not a draft was verified, and the speed gate counts it as a speculative step."""
         self.gate: SpeedGate | None = SpeedGate()
         """None: draft as the cost table says whatever the steps measure (tests that need drafts every step)."""
 
@@ -201,9 +204,11 @@ class Speculator:
         computes confirmed ones again after a rollback)."""
         offers: list[dict[str, list[int]]] = [{} for _ in jobs]
         rooms = [min(room, self.k_max) for _, _, room in jobs]
+        self.paid = False
         for drafter in sorted(self.drafters, key=lambda d: d.costly):  # lookups first: a plan counts their offers
             lengths = self._planned(drafter, jobs, rooms, offers, carried) if drafter.costly else rooms
             asks = [(seq, tokens, k) for (seq, tokens, _), k in zip(jobs, lengths, strict=True) if k > 0]
+            self.paid = self.paid or (drafter.costly and bool(asks))
             got = iter(drafter.propose_many(asks) if asks else ())
             for i, k in enumerate(lengths):
                 if k > 0:

@@ -69,21 +69,29 @@ class DraftModel(DrafterBase):
 
     def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
         """Up to ``k`` greedy tokens after ``tokens`` for each ``(seq, tokens, k)``, all sequences in one call a
-        position."""
+        position. The first call also computes each sequence's tokens confirmed since its last draft (a sequence
+        with more than its share of the batch computes them apart first)."""
         out: list[list[int]] = [[] for _ in requests]
-        feed: dict[int, tuple[int, int]] = {}  # request -> (the token it feeds next, its draft's length)
+        feed: dict[int, tuple[list[int], int]] = {}  # request -> (the tokens it feeds next, its draft's length)
+        share = max(1, self.batch.capacity // max(1, len(requests)))
         for i, (seq, tokens, k) in enumerate(requests):
             k = min(k, self.ctx.seq_ctx - len(tokens) - 1)
-            last = self._catch_up(seq, tokens) if k > 0 and tokens else None
-            if last is not None:
-                feed[i] = (last, k)
+            if k <= 0 or not tokens:
+                continue
+            todo = self._unheld(seq, tokens)
+            if len(todo) > share:
+                last = self._catch_up(seq, tokens)
+                if last is None:
+                    continue
+                todo = [last]
+            feed[i] = (todo, k)
         first = True
         while feed:
             self.batch.clear()
             at = {}
-            for i, (token, _) in feed.items():
+            for i, (todo, _) in feed.items():
                 seq = requests[i][0]
-                at[i] = self.batch.add([token], len(self._held[seq]), seq, logits_last=True)
+                at[i] = self.batch.add(todo, len(self._held[seq]), seq, logits_last=True)
             start = time.perf_counter()
             if self._decode():
                 break
@@ -92,16 +100,16 @@ class DraftModel(DrafterBase):
                 old = self._position_s.get(size)
                 spent = time.perf_counter() - start
                 self._position_s[size] = spent if old is None else old + POSITION_ALPHA * (spent - old)
-            drafting: dict[int, tuple[int, int]] = {}
-            for i, (token, k) in feed.items():
+            drafting: dict[int, tuple[list[int], int]] = {}
+            for i, (todo, k) in feed.items():
                 seq = requests[i][0]
-                self._held[seq].append(token)
+                self._held[seq].extend(todo)
                 if first and self.recurrent:  # the confirmed tokens are in: the next draft's start
                     self._checkpoints[seq] = (len(self._held[seq]), self.ctx.recurrent_state(seq))
                 best = int(np.argmax(self.ctx.logits(at[i])))
                 out[i].append(best)
                 if len(out[i]) < k and not self.model.is_eog(best):
-                    drafting[i] = (best, k)
+                    drafting[i] = ([best], k)
             feed, first = drafting, False
         return out
 
@@ -134,13 +142,19 @@ class DraftModel(DrafterBase):
                 return
             token = ranked[0][0]
 
+    def _unheld(self, seq: int, tokens: Sequence[int]) -> list[int]:
+        """Drop what ``seq`` holds past what it shares with ``tokens`` (and at least the last token); return the
+        tokens it does not hold."""
+        held = self._held.setdefault(seq, [])
+        self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))
+        return list(tokens[len(held) :])
+
     def _catch_up(self, seq: int, tokens: Sequence[int]) -> int | None:
         """Make ``seq`` hold ``tokens`` but the last, computing only what it does not hold yet (in calls of a
         batch's capacity, without logits); return the last token, which the next call computes with logits (None
         where llama.cpp refused a call)."""
         held = self._held.setdefault(seq, [])
-        self._rewind(seq, held, min(common_prefix(held, tokens), len(tokens) - 1))
-        todo = list(tokens[len(held) : -1])
+        todo = self._unheld(seq, tokens)[:-1]
         for start in range(0, len(todo), self.batch.capacity):
             part = todo[start : start + self.batch.capacity]
             self.batch.clear()
