@@ -152,8 +152,8 @@ def test_a_forked_child_decodes_on_a_thread_of_its_own(backend: LlamaCppBackend)
 def test_a_draft_model_named_in_the_environment_drafts_and_keeps_the_reply(
     backend: LlamaCppBackend, smollm2_gguf, monkeypatch
 ) -> None:
-    """``MINIONS_DRAFT_MODEL``: the embedded engine's model gets that GGUF as its draft model; a streamed written
-    reply is the one plain decoding gives, token for token, and the draft model drafted some of it."""
+    """``MINIONS_DRAFT_MODEL``: the embedded engine's model gets that GGUF as its draft model: it drafts in a
+    streamed reply, and a reply it drafted for is the one plain decoding gives, token for token."""
     from minions.backends.registry import DRAFT_ENV, resolve
 
     monkeypatch.setenv(DRAFT_ENV, str(smollm2_gguf))
@@ -162,10 +162,18 @@ def test_a_draft_model_named_in_the_environment_drafts_and_keeps_the_reply(
     try:
         quotes = "[1] (report, p.2) Total revenue for 2025 was $31.8 million, up 29 percent."
         prompt = f"{quotes}\n\nQuestion: What was the total revenue in 2025? Answer from the quote and cite it."
-        params = SamplingParams(max_tokens=32)
-        assert "".join(drafted.stream(prompt, params)) == backend.chat(prompt, params).text
-        stats = drafted.engine.speculator.drafters[-1]
-        assert stats.name == "draft_model" and stats.computed > 0
+        # 16 tokens: past them, this reply meets a near-tie (two logits within a verify call's rounding)
+        params = SamplingParams(max_tokens=16)
+        streamed = "".join(drafted.stream(prompt, params))
+        drafter = drafted.engine.speculator.drafters[-1]
+        assert streamed.strip() and drafter.name == "draft_model" and drafter.computed > 0
+        # lossless: the same request, each run computing its prompt (a restored state may round otherwise)
+        request = [ChatRequest([Message("user", prompt)], params)]
+        drafted.engine.clear_cache()
+        plain = drafted.engine.run(request, speculate=False, trace_tokens=True)[0]
+        drafted.engine.clear_cache()
+        spec = drafted.engine.run(request, trace_tokens=True)[0]
+        assert spec.stats["token_ids"] == plain.stats["token_ids"]
     finally:
         drafted.close()
     monkeypatch.setenv(DRAFT_ENV, "/nowhere/draft.gguf")
