@@ -245,13 +245,12 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
     _add_data_option(spec, "FinanceBench checkout or its pdfs/ folder")
     spec.add_argument("--model", help="GGUF file to measure, a hybrid one too (default: the shipped SmolLM2)")
-    spec.add_argument(
-        "--target",
-        metavar="deep|PATH",
-        help="measure a draft model's pair: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF; "
+    _add_pair_options(
+        spec,
+        "measure a draft model's pair: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF; "
         "first its tok/s beside the draft's, its T(k)/T(1) and the pair's agreement",
+        "a draft model (same vocabulary; with --target: SmolLM2)",
     )
-    spec.add_argument("--draft", metavar="PATH", help="a draft model (same vocabulary; with --target: SmolLM2)")
     spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
     spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
     spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
@@ -317,14 +316,19 @@ def _add_bench_tree_parser(kinds: Any) -> None:
     tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
     tree.add_argument("--no-draft", action="store_true", help="skip the draft model's chain and tree")
     tree.add_argument("--no-batched", action="store_true", help="skip decoding the jobs together")
-    tree.add_argument(
-        "--target",
-        metavar="deep|PATH",
-        help="the model to measure: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF "
+    _add_pair_options(
+        tree,
+        "the model to measure: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF "
         "(default: the shipped SmolLM2)",
+        "with --target: the draft model's GGUF (default: SmolLM2)",
     )
-    tree.add_argument("--draft", metavar="PATH", help="with --target: the draft model's GGUF (default: SmolLM2)")
     tree.set_defaults(func=cmd_bench_tree)
+
+
+def _add_pair_options(parser: Any, target_help: str, draft_help: str) -> None:
+    """``--target deep|PATH`` and ``--draft PATH``: a speculation bench's target and draft model."""
+    parser.add_argument("--target", metavar="deep|PATH", help=target_help)
+    parser.add_argument("--draft", metavar="PATH", help=draft_help)
 
 
 def cmd_bench_pdf(args: argparse.Namespace) -> int:
