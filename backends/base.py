@@ -210,3 +210,9 @@ class AskingBackend(BaseBackend):
     def _reports_logprobs(self) -> bool:
         """Whether the server answers a request for log-probabilities with them."""
         raise NotImplementedError
+
+    def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]:
+        """The prompt tokens each of ``requests`` would have the server compute: all of them, counted with this
+        backend's tokenizer (an estimate of the server's own): a server keeps at most the state of its last
+        prompt, whose system prompt alone a job over another chunk shares."""
+        return [sum(self.count_tokens(m.content) for m in r.messages) for r in requests]

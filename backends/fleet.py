@@ -155,6 +155,10 @@ class FleetBackend(BaseBackend):
     def count_tokens(self, text: str) -> int:
         return self.servers[0].count_tokens(text)
 
+    def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]:
+        """What each of ``requests`` costs the server it goes to: its whole prompt (``OpenAIBackend``)."""
+        return self.servers[0].prompt_tokens(requests)
+
     def _tagged(self, result: ChatResult, server: OpenAIBackend) -> ChatResult:
         """``result`` with the server that answered in its stats."""
         return replace(result, stats={**result.stats, "server": server.address})

@@ -60,8 +60,9 @@ class RunOptions:
     read_chunks: int = 10
     """Local reading (``local``): chunks the local model reads per question, the best by words."""
     read_tokens: int | None = 1200
-    """Local reading: prompt tokens the local model may compute for one question, where the backend says what a
-    prompt costs (the embedded engine: a chunk whose state is saved costs only the question after it). Of the best
+    """Local reading: prompt tokens the local model may compute for one question, where it runs on this device
+    (the embedded engine: a chunk whose state is saved costs only the question after it; a server on 127.0.0.1,
+    or a fleet of them: every prompt token, counted). Of the best
     ``read_chunks``, those past this are quoted by words (their best sentence by words) instead of read; the best
     chunk is always read. On 2 cores SmolLM2 computes some 500 prompt tokens a second, and a chunk is ~400 of
     them. None: the model reads all ``read_chunks``."""

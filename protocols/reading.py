@@ -85,18 +85,21 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
 
 @runtime_checkable
 class PromptCounter(Protocol):
-    """A backend that says what each prompt would cost it now (``LlamaCppBackend``: saved chunk states are free)."""
+    """A backend that says what each prompt would cost it now (``LlamaCppBackend``: saved chunk states are free; a
+    server, ``AskingBackend`` or a fleet: the whole prompt, counted)."""
 
     def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]: ...
 
 
 def within_budget(ctx: RunContext, jobs: Sequence[Job]) -> list[bool]:
     """Which of ``jobs`` (best first) the local model reads: the first, then each whose prompt still fits in
-    ``RunOptions.read_tokens`` after those before it; all where there is no limit or the backend cannot say."""
+    ``RunOptions.read_tokens`` after those before it; all where there is no limit, where the backend cannot say
+    what a prompt costs, or where it runs on another machine (a server past this device computes on its own)."""
     budget = ctx.options.read_tokens
-    if budget is None or not jobs or not isinstance(ctx.local, PromptCounter):
+    local = ctx.local
+    if budget is None or not jobs or not isinstance(local, PromptCounter) or not local.capabilities.local:
         return [True] * len(jobs)
-    costs = ctx.local.prompt_tokens([job_request(j.instruction, j.chunk, SamplingParams()) for j in jobs])
+    costs = local.prompt_tokens([job_request(j.instruction, j.chunk, SamplingParams()) for j in jobs])
     chosen, spent = [], 0
     for i, cost in enumerate(costs):
         read = i == 0 or spent + cost <= budget

@@ -48,6 +48,11 @@ def assert_answers(result: dict[str, Any], local: str) -> None:
     assert result["complete"] and result["jobs"] and all(job["ok"] for job in result["jobs"]), (local, result["notes"])
 
 
+def read(result: dict[str, Any]) -> list[tuple[str, int]]:
+    """The chunks the local model read (the others were quoted by words, past its prompt budget)."""
+    return sorted((job["document"], job["chunk"]) for job in result["jobs"] if job["attempts"])
+
+
 @pytest.mark.slow
 def test_ask_on_one_server_and_on_a_fleet_answers_as_the_embedded_engine_does(
     openai_server: str, start_openai_server: ServerStarter
@@ -58,8 +63,10 @@ def test_ask_on_one_server_and_on_a_fleet_answers_as_the_embedded_engine_does(
         fleet, fleet_s = ask(f"openai-compatible/smollm2@{openai_server},{second}")
     for local, result in (("embedded", embedded), ("one server", one), ("fleet", fleet)):
         assert_answers(result, local)
-    # every server reported log-probabilities, so its jobs were scored as the embedded engine's are
-    assert all(job["score"] is not None for job in one["jobs"] + fleet["jobs"])
+    # the same jobs: a server on this device reads within the same prompt budget as the embedded engine (the rest
+    # quoted by words), and every server reported log-probabilities, so its reads were scored as the engine's are
+    assert read(one) == read(fleet) == read(embedded) and 0 < len(read(one)) < len(one["jobs"])
+    assert all(job["score"] is not None for job in one["jobs"] + fleet["jobs"] if job["attempts"])
     print(
         f"\nminions ask, wall time: embedded {embedded_s:.1f}s, one server {one_s:.1f}s "
         f"({one_s / embedded_s:.2f}x), two-server fleet {fleet_s:.1f}s ({fleet_s / embedded_s:.2f}x)"
@@ -74,5 +81,6 @@ def test_ask_on_a_server_without_log_probabilities_takes_the_schema_path(start_o
     with start_openai_server("--logits_all", "False") as (url, _):
         result, _seconds = ask(f"openai-compatible/smollm2@{url}")
     assert result["complete"] and result["jobs"] and result["error"] is None
-    assert all(job["ok"] and job["score"] is None and job["attempts"] == 1 for job in result["jobs"]), result["jobs"]
+    assert read(result) and all(job["ok"] for job in result["jobs"]), result["jobs"]
+    assert all(job["score"] is None and job["attempts"] == 1 for job in result["jobs"] if job["attempts"])
     assert not any("log-probabilities" in note for note in result["notes"])

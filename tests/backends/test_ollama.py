@@ -283,7 +283,7 @@ def test_real_ollama_server_scores_a_job_where_it_reports_logprobs(live_ollama: 
     demo = load_document(Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md")
     run = LocalOnly(backend).run("What was Northwind's total revenue in 2025?", [demo])
     assert run.jobs and all(job.ok for job in run.jobs), [job.error for job in run.jobs]
-    assert all((job.score is not None) is scores for job in run.jobs)
+    assert all((job.score is not None) is scores for job in run.jobs if job.attempts)  # the others: by words
 
 
 @pytest.mark.live

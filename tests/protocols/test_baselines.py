@@ -164,8 +164,8 @@ class CostedBackend(ScriptedBackend):
     """A local model that says what each prompt would cost it: ``cost`` tokens (a saved chunk costs only the
     question after it, a new one all of it)."""
 
-    def __init__(self, cost: int) -> None:
-        super().__init__("scripted/local", responder=job_reply)
+    def __init__(self, cost: int, address: str | None = None) -> None:
+        super().__init__("scripted/local", responder=job_reply, address=address)
         self.cost = cost
         self.asked = 0
 
@@ -195,3 +195,11 @@ def test_past_its_prompt_budget_the_local_model_quotes_chunks_by_words(doc):
         == 4
     )
     assert unlimited.asked == 0
+    # a server on this device computes on the same cores: the same budget; one on another machine reads them all
+    here = LocalOnly(CostedBackend(400, "http://127.0.0.1:8080/v1"), chunk_size=600, read_chunks=4, read_tokens=900)
+    assert here.run(question, [doc]).reading["by_words"] == 2
+    away = CostedBackend(400, "http://10.0.0.7:8080/v1")
+    assert (
+        LocalOnly(away, chunk_size=600, read_chunks=4, read_tokens=900).run(question, [doc]).usage["local"].calls == 4
+    )
+    assert away.asked == 0
