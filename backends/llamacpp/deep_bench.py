@@ -15,10 +15,16 @@ the draft model as one more drafter), three lines say what regime the pair is in
   draft chain at batch 1: the best ``E(a, k) / (T(1 + k) / T(1) + k c)`` over ``k``, where ``E(a, k) = 1 + a +
   ... + a^k`` tokens come from a step that verifies ``1 + k`` tokens and drafts ``k`` at ``c`` (``draft_cost``)
   each. Where it is near 1, the curve is too steep for speculation (and for token trees, which verify more).
+  ``rank_shares``: how often the target's token is the draft's first, second, ... choice; ``tree_bound``: the
+  best token tree's speedup by the same measure, its nodes the draft's best choices after each node, valued by
+  those shares; ``trees`` says whether it gains ``TREE_GAIN`` (1.2x) over the chain bound, and if not, whether
+  the curve is too steep (a tree would gain that on a flat curve, ``tree_over_chain_if_flat``) or the draft's
+  further choices are right too seldom for any curve.
 """
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -31,12 +37,18 @@ import numpy as np
 from .bench import BenchConfig, find_document, load_chunks
 from .speculative.bench import SpecBenchConfig, _jobs, speculative_bench
 
-__all__ = ["VERIFY_TOKENS", "agreement", "chain_bound", "deep_bench", "resolve_pair", "verify_costs"]
+__all__ = ["VERIFY_TOKENS", "agreement", "chain_bound", "deep_bench", "resolve_pair", "tree_bound", "verify_costs"]
 
 VERIFY_TOKENS = tuple(range(1, 33))
 """The call sizes of ``verify_cost``."""
 PREFIX = 512
 """Tokens in the sequence before the timed calls (a job's excerpt and instruction)."""
+RANKS = 4
+"""The draft's choices counted by ``agreement`` (``rank_shares``), and the children a node of ``tree_bound`` has."""
+
+
+TREE_GAIN = 1.2
+"""What a token tree must gain over a chain for this bench to say that trees can pay."""
 
 
 def resolve_pair(target: str, draft: str | None) -> tuple[Path, Path]:
@@ -80,9 +92,10 @@ def verify_costs(
     return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
 
 
-def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int) -> dict[str, float | int]:
+def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int) -> dict[str, Any]:
     """The target's greedy replies to ``jobs`` (plain decoding), and the share of their tokens that the draft's
-    greedy choice after the same tokens equals: one call over each prompt and reply on the draft."""
+    greedy choice after the same tokens equals (``agreement``; ``rank_shares``: its first to ``RANKS``-th
+    choice): one call over each prompt and reply on the draft."""
     from .engine import Engine, EngineConfig
     from .ffi import LlamaContext, LlamaModel, TokenBatch
 
@@ -96,7 +109,7 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
     ctx = LlamaContext(model, seq_ctx=longest + 16, n_seq_max=1, n_batch=longest, n_threads=n_threads,
                        n_outputs=longest)  # fmt: skip
     batch = TokenBatch(model.lib, longest)
-    same = total = 0
+    ranks, total = [0] * RANKS, 0
     try:
         for r in results:
             prompt, reply = list(r.stats["prompt_ids"]), list(r.stats["token_ids"])
@@ -104,14 +117,18 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
             batch.add(prompt + reply[:-1], 0, 0, logits_last=False)
             batch.want[len(prompt) - 1 : batch.n] = 1  # the logits that predict each reply token
             ctx.decode(batch)
-            guesses = [int(np.argmax(ctx.logits(len(prompt) - 1 + i))) for i in range(len(reply))]
-            same += sum(g == t for g, t in zip(guesses, reply, strict=True))
+            for i, token in enumerate(reply):
+                logits = ctx.logits(len(prompt) - 1 + i)
+                better = int(np.count_nonzero(logits > logits[token]))  # the draft's rank of the target's token
+                if better < RANKS:
+                    ranks[better] += 1
             total += len(reply)
             ctx.seq_rm(0, -1, -1)
     finally:
         ctx.close()
         model.close()
-    return {"agreement": round(same / max(1, total), 3), "tokens": total, "jobs": len(results)}
+    shares = [round(n / max(1, total), 3) for n in ranks]
+    return {"agreement": shares[0], "rank_shares": shares, "tokens": total, "jobs": len(results)}
 
 
 def chain_bound(a: float, costs: dict[int, float], draft_cost: float) -> dict[str, float]:
@@ -124,6 +141,61 @@ def chain_bound(a: float, costs: dict[int, float], draft_cost: float) -> dict[st
         if speedup > best:
             best_k, best = k, speedup
     return {"k": best_k, "speedup": round(best, 3)}
+
+
+def tree_bound(shares: Sequence[float], costs: dict[int, float], draft_cost: float) -> dict[str, float]:
+    """The best token tree's expected speedup at batch 1, by the same measure as ``chain_bound``: each node's
+    children are the draft's best ``len(shares)`` tokens after it, the ``r``-th right with chance ``shares[r]``
+    (one of them at most), so a node's value is its parent's times its rank's share. It costs ``T(n)/T(1)`` to
+    verify a tree's ``n`` tokens and ``c`` (``draft_cost``) for each node the draft computes to propose children
+    (a chain of ``k``: ``k``). The trees tried are, for each depth limit, the most valued nodes within it (best
+    first: every prefix is a tree), each prefix; with one share they are ``chain_bound``'s chains. Also the nodes
+    and the depth of the best tree."""
+    best = {"nodes": 1, "depth": 0, "speedup": 1.0}
+    for limit in range(1, max(costs)):
+        values, parents, depths = _best_first(shares, limit, max(costs))
+        emitted = 1.0
+        for n in range(2, len(values) + 1):
+            emitted += values[n - 1]
+            internal = len(set(parents[1:n]))
+            speedup = emitted / (costs[n] / costs[1] + internal * draft_cost)
+            if speedup > best["speedup"] + 1e-9:
+                best = {"nodes": n, "depth": max(depths[:n]), "speedup": round(speedup, 3)}
+    return best
+
+
+def _best_first(shares: Sequence[float], limit: int, most: int) -> tuple[list[float], list[int], list[int]]:
+    """Up to ``most`` nodes (the root first) of the tree whose node of rank ``r`` is worth its parent's value
+    times ``shares[r]``, best first, none deeper than ``limit``: each node's value, parent and depth."""
+    heap = [(-shares[0], 1, 0, 1)]  # (-value, order, parent, depth) of the nodes on offer
+    order = 1
+    values, parents, depths = [1.0], [-1], [0]
+    while heap and len(values) < most:
+        neg, _, parent, depth = heapq.heappop(heap)
+        values.append(-neg)
+        parents.append(parent)
+        depths.append(depth)
+        node = len(values) - 1
+        rank = sum(1 for i in range(1, node) if parents[i] == parent)  # siblings come out best first
+        # on offer now: the sibling of the next rank, and the node's own best child
+        if rank + 1 < len(shares):
+            order += 1
+            heapq.heappush(heap, (-values[parent] * shares[rank + 1], order, parent, depth))
+        if depth < limit:
+            order += 1
+            heapq.heappush(heap, (-values[node] * shares[0], order, node, depth + 1))
+    return values, parents, depths
+
+
+def _trees(over: float, over_flat: float) -> str:
+    """What the tree bounds say, in words: ``over`` on the measured curve, ``over_flat`` were verifying free."""
+    if over >= TREE_GAIN:
+        return f"a token tree can gain {over:.2f}x over a chain here"
+    if over_flat >= TREE_GAIN:
+        return (f"the verify curve is too steep for trees: they would gain {over_flat:.2f}x over a chain were "
+                f"verifying free, {over:.2f}x on this curve")  # fmt: skip
+    return (f"the draft's further choices are right too seldom for trees (rank_shares): {over_flat:.2f}x over a "
+            "chain even were verifying free")  # fmt: skip
 
 
 def _speeds(paths: Sequence[Path], n_threads: int, repeats: int) -> list[float]:
@@ -177,6 +249,13 @@ def deep_bench(
     agreed = {}
     for setting in config.settings:
         report = agreement(target_path, draft_path, _jobs(setting, chunks, config), n_threads=n_threads)
-        agreed[setting] = {**report, "chain_bound": chain_bound(float(report["agreement"]), costs, draft_cost)}
+        chain = chain_bound(float(report["agreement"]), costs, draft_cost)
+        tree = tree_bound(report["rank_shares"], costs, draft_cost)
+        over = round(tree["speedup"] / chain["speedup"], 3)
+        flat = dict.fromkeys(costs, costs[1])  # what the same drafts would allow were verifying free
+        over_flat = round(tree_bound(report["rank_shares"], flat, draft_cost)["speedup"]
+                          / chain_bound(float(report["agreement"]), flat, draft_cost)["speedup"], 3)  # fmt: skip
+        agreed[setting] = {**report, "chain_bound": chain, "tree_bound": tree, "tree_over_chain_bound": over,
+                           "tree_over_chain_if_flat": over_flat, "trees": _trees(over, over_flat)}  # fmt: skip
     yield agreed
     yield from speculative_bench(data, replace(config, model=str(target_path), draft=str(draft_path)))

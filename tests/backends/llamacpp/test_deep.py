@@ -103,6 +103,8 @@ def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float,
     report = agreement(built[0.1], _source(), _jobs(48), n_threads=1)
     assert report["tokens"] >= 60
     assert 0.6 <= report["agreement"] < 1.0  # mostly SmolLM2's choices, not all of them
+    shares = report["rank_shares"]  # where the target's token stands among the draft's choices
+    assert shares[0] == report["agreement"] and shares[1] > 0 and sum(shares) <= 1.0
     assert _greedy(built[0.1]) != _greedy(_source())
 
 
@@ -117,3 +119,24 @@ def test_chain_bound_follows_the_cost_curve() -> None:
     short = chain_bound(0.9, steep, 0.05)
     assert short["k"] < long["k"] and 1.0 < short["speedup"] < 1.6
     assert chain_bound(0.0, flat, 0.05) == {"k": 0, "speedup": 1.0}
+
+
+def test_a_tree_gains_over_a_chain_only_where_the_curve_is_flat() -> None:
+    """One child a node is ``chain_bound``'s chain; second choices that are right often pay on a flat curve and
+    not on a steep one, where verifying their tokens costs more than they bring."""
+    from minions.backends.llamacpp.deep_bench import chain_bound, tree_bound
+
+    flat = {k: 1.0 + 0.02 * (k - 1) for k in range(1, 33)}
+    steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 33)}
+    for curve in (flat, steep):
+        for a in (0.0, 0.6, 0.9):
+            chain = chain_bound(a, curve, 0.05)
+            assert tree_bound([a], curve, 0.05) == {
+                "nodes": chain["k"] + 1,
+                "depth": chain["k"],
+                "speedup": chain["speedup"],
+            }
+    shares = [0.5, 0.3, 0.1, 0.05]
+    wide = tree_bound(shares, flat, 0.05)
+    assert wide["nodes"] > wide["depth"] + 1 and wide["speedup"] > 1.2 * chain_bound(0.5, flat, 0.05)["speedup"]
+    assert tree_bound(shares, steep, 0.05)["speedup"] < 1.2 * chain_bound(0.5, steep, 0.05)["speedup"]
