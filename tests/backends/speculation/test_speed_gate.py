@@ -114,3 +114,15 @@ def test_a_trial_is_judged_by_its_tokens_per_second_not_its_typical_step() -> No
     for work, pace in [(1.2, 2.2)] * 6 + [(1.0, 8.0)] * 2:
         gate.observe(True, work, pace)
     assert gate.losses == 1  # 9.2 plain steps' work in 29.2 table steps, against 1 in 2.5: 0.79x
+
+
+def test_a_step_over_more_sequences_counts_for_more_of_a_trial() -> None:
+    """A trial is ``min_steps`` sequence-steps: a loss over eight sequences is judged after two speculative
+    steps (a batch's steps of eight may be a dozen in all), over one after eight."""
+    for seqs, judged_after in ((8, 2), (4, 2), (2, 4), (1, 8)):
+        gate = SpeedGate()
+        gate.observe(False, 1.0, 1.0, seqs)
+        for step in range(1, judged_after + 1):
+            assert gate.losses == 0, (seqs, step)
+            gate.observe(True, 1.5, 2.0, seqs)  # 0.75x of plain
+        assert gate.losses == 1 and not gate.speculate(seqs), seqs
