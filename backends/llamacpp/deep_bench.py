@@ -167,23 +167,21 @@ def tree_bound(shares: Sequence[float], costs: dict[int, float], draft_cost: flo
 def _best_first(shares: Sequence[float], limit: int, most: int) -> tuple[list[float], list[int], list[int]]:
     """Up to ``most`` nodes (the root first) of the tree whose node of rank ``r`` is worth its parent's value
     times ``shares[r]``, best first, none deeper than ``limit``: each node's value, parent and depth."""
-    heap = [(-shares[0], 1, 0, 1)]  # (-value, order, parent, depth) of the nodes on offer
+    heap = [(-shares[0], 1, 0, 1, 0)]  # (-value, order, parent, depth, rank) of the nodes on offer
     order = 1
     values, parents, depths = [1.0], [-1], [0]
     while heap and len(values) < most:
-        neg, _, parent, depth = heapq.heappop(heap)
+        neg, _, parent, depth, rank = heapq.heappop(heap)
         values.append(-neg)
         parents.append(parent)
         depths.append(depth)
-        node = len(values) - 1
-        rank = sum(1 for i in range(1, node) if parents[i] == parent)  # siblings come out best first
         # on offer now: the sibling of the next rank, and the node's own best child
         if rank + 1 < len(shares):
             order += 1
-            heapq.heappush(heap, (-values[parent] * shares[rank + 1], order, parent, depth))
+            heapq.heappush(heap, (-values[parent] * shares[rank + 1], order, parent, depth, rank + 1))
         if depth < limit:
             order += 1
-            heapq.heappush(heap, (-values[node] * shares[0], order, node, depth + 1))
+            heapq.heappush(heap, (-values[-1] * shares[0], order, len(values) - 1, depth + 1, 0))
     return values, parents, depths
 
 
