@@ -107,7 +107,9 @@ def _wait_until_ready(url: str, process: subprocess.Popen[bytes], log_path: Path
 
 
 @contextlib.contextmanager
-def _run_server(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def run_server(model: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """llama-cpp-python's server on a free port of 127.0.0.1 serving ``model`` (``options``: more of its command
+    line), until the block ends: its base URL and process (also for ``scripts/bench-ask-servers``)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     command = [
@@ -159,7 +161,7 @@ def start_openai_server(embedded_gguf: Path) -> ServerStarter:
             f"needs llama-cpp-python with its server extra (missing: {', '.join(missing)}): "
             "run scripts/install-llama-cpp, then pip install 'llama-cpp-python[server]' deps"
         )
-    return lambda *options: _run_server(embedded_gguf, *options)
+    return lambda *options: run_server(embedded_gguf, *options)
 
 
 @pytest.fixture(scope="session")
