@@ -87,6 +87,12 @@ class EngineConfig:
     call's logits equal one-token calls' exactly while a sequence holds at most 256 cells; beyond that, and always
     with it off, llama.cpp's CPU kernels round a call over several tokens of one sequence differently, by up to
     ~1 logit.)"""
+    prefill_first: bool = True
+    """Decode steps wait while an admitted job computes its prompt, so that the jobs of a batch decode together:
+    a decode call over many sequences costs little more than one over few where a step reads the weights (big
+    targets, draft models' pairs), and no more in total where it is arithmetic. Off: jobs that have their prompt
+    generate between the prompt chunks of the others (their first tokens stream sooner; the batch is wide only
+    in its middle)."""
     speculate: bool = True
     """Speculative decoding of generating jobs (``backends.speculation``): lossless (every token is the one the
     job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve

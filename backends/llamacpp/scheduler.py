@@ -344,11 +344,15 @@ class Scheduler:
         next prompt chunk of the oldest prefilling job. Two calls, not one, because llama.cpp would put the
         chunk's first token in a ubatch of one token per sequence (with the generating jobs), and a prompt token
         computed alone in the middle of a prompt differs in the last bits from the same token computed in a
-        chunk (``tests/backends/llamacpp/test_engine.py`` checks that the replies equal one-at-a-time replies)."""
-        decoding = sorted((j for j in self.active if j.state == "decode" and j.pending is not None), key=_seq_of)
-        if decoding:
-            self._decode(decoding)
+        chunk (``tests/backends/llamacpp/test_engine.py`` checks that the replies equal one-at-a-time replies).
+
+        With ``EngineConfig.prefill_first`` (the default) the decode call waits while a job computes its prompt:
+        the jobs generating then decode together with it, in fewer and wider calls, once every prompt is in."""
         job = next((j for j in self.active if j.state == "prefill"), None)
+        if job is None or not self.config.prefill_first:
+            decoding = sorted((j for j in self.active if j.state == "decode" and j.pending is not None), key=_seq_of)
+            if decoding:
+                self._decode(decoding)
         if job is not None:
             self._prefill(job)
 

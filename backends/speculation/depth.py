@@ -230,7 +230,11 @@ class CallCost:
     as (``split_equal``: every sequence present carries the same number of tokens): with the sequences' lengths
     sorted, ``l_1 <= ... <= l_s``, one ubatch per distinct length, of the ``s - i + 1`` sequences still carrying
     tokens, ``l_i - l_(i-1)`` each, costing ``T_(s-i+1)((s-i+1) (l_i - l_(i-1)))`` on the curve measured for
-    that many sequences. Calls where every sequence carries the same number are points of the table itself."""
+    that many sequences. Calls where every sequence carries the same number are points of the table itself.
+
+    Lengths may be expected values (a recurrent model's tokens computed again, ``rollback_tokens``): a ubatch
+    of a fraction ``x < 1`` of a token a sequence costs ``x`` times a ubatch of one token each, so that the cost is
+    continuous in them (else lengths apart by a hundredth would each cost a pass of their own)."""
 
     def __init__(self, table: CostCurve | CostTable) -> None:
         self.table = table
@@ -248,7 +252,9 @@ class CallCost:
         left = len(lengths)
         for n in sorted(lengths):
             if n > done:
-                seconds += self.curve(left)(left * (n - done))
+                step = n - done
+                curve = self.curve(left)
+                seconds += curve(left * step) if step >= 1.0 else step * curve(left)
                 done = n
             left -= 1
         return seconds

@@ -97,6 +97,24 @@ def test_batched_replies_equal_one_at_a_time(engine: Engine, model_path: Path) -
     assert sum(r.usage.completion_tokens for r in results) == batch["decode_tokens"]
 
 
+@pytest.mark.parametrize("prefill_first", [True, False])
+def test_a_batch_decodes_together_once_its_prompts_are_in(model_path: Path, prefill_first: bool) -> None:
+    questions = ("What is revenue?", "Name three colours.", "What does EBITDA stand for?", "Define a dividend.")
+    engine = Engine(model_path, EngineConfig(max_seqs=4, speculate=False, prefill_first=prefill_first))
+    order: list[int] = []
+    try:
+        results = engine.run([ask(q, system="Be brief.") for q in questions], on_token=lambda i, _: order.append(i))
+    finally:
+        engine.close()
+    assert all(len(r.text) > 10 for r in results)
+    last_start = max(order.index(i) for i in range(len(questions)))  # the last job's first token: prompts all in
+    before = [order[: last_start + 1].count(i) for i in range(len(questions))]
+    if prefill_first:
+        assert max(before) == 1  # each job's first token only: no decode step ran before
+    else:
+        assert max(before) > 1  # the first jobs were generating while the later prompts were computed
+
+
 def test_seeded_sampling_equals_the_high_level_api(engine: Engine, model_path: Path) -> None:
     from minions.backends.llamacpp import import_llama_cpp
 

@@ -228,6 +228,17 @@ def test_a_call_costs_the_passes_llama_cpp_splits_it_into() -> None:
     assert choose_depths([0.95] * 8, [2] * 8, calls) == [2] * 8
 
 
+def test_a_call_is_priced_continuously_in_expected_lengths() -> None:
+    """A recurrent model's expected tokens computed again (``rollback_tokens``) make lengths fractional and a
+    little different for every sequence: those are not passes of their own. (Priced as passes, four sequences
+    with acceptance 0.71-0.73 drafted nothing on a curve where 4 x 9 tokens cost 1.16x 4 x 1.)"""
+    calls = CallCost(CostCurve.linear(0.005))
+    assert calls([1.0, 1.01, 1.02, 1.03]) == pytest.approx(calls([1.0] * 4), rel=0.05)
+    assert calls([1.0, 2.0, 2.0, 3.0]) > 2.9  # whole tokens apart: three passes, as llama.cpp runs them
+    acceptance = [0.7097, 0.7215, 0.7269, 0.7299]
+    assert min(choose_depths(acceptance, [8] * 4, calls, rollback_s=0.0)) >= 4
+
+
 def test_acceptance_tracker_counts_per_sequence_and_drafter() -> None:
     t = AcceptanceTracker(decay=0.5, prior=0.5, weight=2.0)
     t.update(0, "context", k=4, m=4)
