@@ -14,6 +14,7 @@ once two live threads had decoded, both decoded at half speed or less), one call
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 STOP_WAIT_S = 10.0
 """How long an interrupted call waits for its run to stop (it stops at its next decode step)."""
+POLL_S = 0.1
+"""How often a caller waiting for the llama.cpp thread looks for an interrupt."""
 
 
 class LlamaCppBackend(BaseBackend):
@@ -190,7 +193,11 @@ class LlamaCppBackend(BaseBackend):
         token = _Either(cancel)
         future = submit(lambda: work(token))
         try:
-            return future.result()
+            while True:  # a wait with a timeout, so that an interrupt that comes without a signal (another
+                try:  # thread's ``_thread.interrupt_main``) is seen within POLL_S, not when the run ends
+                    return future.result(timeout=POLL_S)
+                except concurrent.futures.TimeoutError:
+                    continue
         except KeyboardInterrupt:
             token.cancel()
             with contextlib.suppress(BaseException):

@@ -121,7 +121,7 @@ def test_an_interrupted_call_stops_its_run_and_the_backend_goes_on(backend: Llam
     with pytest.raises(KeyboardInterrupt):
         backend.batch([request], on_token=interrupt_once_decoding)
     stopped = len(tokens)
-    assert 5 <= stopped < 400
+    assert 5 <= stopped < 200  # within a poll of the wait (POLL_S), not at the end of the reply
     time.sleep(0.3)
     assert len(tokens) == stopped  # nothing decodes after the interrupt went on
     assert backend.chat("Name a sea.", SamplingParams(max_tokens=6)).ok
