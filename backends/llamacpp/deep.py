@@ -52,9 +52,9 @@ _SKIP = ("GGUF.", "general.architecture", "general.file_type", "general.name", "
 class DeepRecipe:
     extra_ff: int = 16384
     """Hidden units added to every layer's feed-forward (a multiple of 32, a quantization block). 16384 makes a
-    model of 0.98B parameters (3.8 GB in F32) that decodes at 7-9 tok/s on this project's 2 cores, SmolLM2's cost
-    a token 0.05-0.06 of its own; 8192 (0.56B, 2.1 GB) left SmolLM2 at 0.1-0.15 of it, and its prompts at 0.6 of
-    the target's, where a real 1B model's cost SmolLM2's about eight times."""
+    model of 0.98B parameters (3.8 GB in F32) that decodes at 7-9 tok/s on this project's 2 cores, where a token
+    of SmolLM2 costs 0.05-0.06 of one of the target. With 8192 (0.56B, 2.1 GB) it cost 0.1-0.15, and SmolLM2's
+    prompts 0.6 of the target's, where a real 1B model's prompts cost about eight times SmolLM2's."""
     epsilon: float = 0.05
     """The size of the perturbation: the added units' output weights are the spread of the layer's own times
     ``epsilon * sqrt(ff / extra_ff)``, so that their sum, over ``extra_ff`` random terms, is about ``epsilon``
