@@ -28,7 +28,7 @@ from minions.types import SamplingParams
 
 from .ffi import LlamaModel
 
-__all__ = ["GrammarCache", "SequenceSampler", "TextStream"]
+__all__ = ["GrammarCache", "GrammarState", "SequenceSampler", "TextStream"]
 
 log = logging.getLogger(__name__)
 
@@ -80,22 +80,103 @@ class GrammarCache:
         self._templates.clear()
 
 
-class SequenceSampler:
-    """Chooses one sequence's next token from its logits and keeps its grammar state.
+class GrammarState:
+    """A grammar's parse state over one reply (a llama.cpp grammar sampler, owned): the best token the grammar
+    allows under some logits, and the token taken. The engine's greedy sampler picks with it; a draft model picks
+    with a copy (``fork``), so that its drafts obey the job's grammar as the target's tokens do
+    (``speculation.drafters.Constraint``).
 
-    Greedy with a grammar takes a shortcut that changes nothing: the grammar only removes tokens, so if the
-    unconstrained argmax is allowed it is also the constrained argmax. Only when it is not (a few times per
-    reply: the opening brace, the keys) is the grammar run over the whole vocabulary.
-    """
+    The shortcut that changes nothing: the grammar only removes tokens, so if the unconstrained argmax is allowed
+    it is also the constrained argmax. Only when it is not (a few times per reply: the opening brace, the keys) is
+    the grammar run over the whole vocabulary (``full_passes``)."""
+
+    def __init__(self, model: LlamaModel, sampler: Any) -> None:
+        self.model = model
+        self.lib = model.lib
+        self.sampler = sampler
+        self._buffer = Candidates(model)
+        self.full_passes = 0
+
+    def fork(self) -> GrammarState:
+        """An independent copy of the parse state now (the caller closes it)."""
+        return GrammarState(self.model, self.lib.llama_sampler_clone(self.sampler))
+
+    def pick(self, logits: npt.NDArray[np.float32]) -> int:
+        """The most likely token the grammar allows (the first of equal maxima, as ``np.argmax`` and llama.cpp's
+        greedy sampler take it), taken into the parse state; -1 when it allows none."""
+        token = int(np.argmax(logits))
+        if not self.allows(token, float(logits[token])):
+            token = self.best(logits)
+        self.accept(token)
+        return token
+
+    def accept(self, token: int) -> None:
+        """Advance past ``token`` (not past the end of generation, which the grammar does not hold)."""
+        if token >= 0 and not self.model.is_eog(token):
+            self.lib.llama_sampler_accept(self.sampler, token)
+
+    def allows(self, token: int, logit: float) -> bool:
+        lib = self.lib
+        one = (lib.llama_token_data * 1)(lib.llama_token_data(token, logit, 0.0))
+        arr = lib.llama_token_data_array(one, 1, -1, False)
+        lib.llama_sampler_apply(self.sampler, ctypes.byref(arr))
+        return not math.isinf(one[0].logit)
+
+    def best(self, logits: npt.NDArray[np.float32]) -> int:
+        """The argmax over the tokens the grammar allows (a pass over the whole vocabulary); -1 if none."""
+        self.full_passes += 1
+        cand, arr = self._buffer.fill(logits)
+        self.lib.llama_sampler_apply(self.sampler, ctypes.byref(arr))
+        best = int(np.argmax(cand["logit"]))
+        return -1 if math.isinf(float(cand["logit"][best])) else int(cand["id"][best])
+
+    def apply(self, arr: Any) -> None:
+        """Mask the tokens of ``arr`` the grammar does not allow (a pass over them)."""
+        self.full_passes += 1
+        self.lib.llama_sampler_apply(self.sampler, ctypes.byref(arr))
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.lib.llama_sampler_free(self.sampler)
+            self.sampler = None
+
+
+class Candidates:
+    """All tokens of a vocabulary with their logits, as a ``llama_token_data_array`` over a buffer made on first
+    use (most samplers and grammar copies never need one) and reused."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.lib = model.lib
+        self.n_vocab = model.n_vocab
+        self.cand: npt.NDArray[Any] | None = None
+
+    def fill(self, logits: npt.NDArray[np.float32]) -> tuple[npt.NDArray[Any], Any]:
+        if self.cand is None:
+            dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+            self.cand = np.zeros(self.n_vocab, dtype=dtype)
+        cand = self.cand
+        cand["id"] = np.arange(len(cand), dtype=np.int32)
+        cand["logit"] = logits
+        cand["p"] = 0.0
+        data = ctypes.cast(cand.ctypes.data, ctypes.POINTER(self.lib.llama_token_data))
+        return cand, self.lib.llama_token_data_array(data, len(cand), -1, False)
+
+
+class SequenceSampler:
+    """Chooses one sequence's next token from its logits and keeps its grammar state (``grammar``, greedy:
+    ``GrammarState.pick``)."""
 
     def __init__(self, model: LlamaModel, params: SamplingParams, grammar: Any, seed: int) -> None:
         self.model = model
         self.lib = model.lib
-        self.grammar = grammar
+        self.grammar = None if grammar is None else GrammarState(model, grammar)
         self.greedy = params.temperature <= 0.0
         self.chain: Any = None if self.greedy else self._chain(params, seed)
-        self._candidates: npt.NDArray[Any] | None = None
-        self.full_grammar_passes = 0
+        self._buffer = Candidates(model)
+
+    @property
+    def full_grammar_passes(self) -> int:
+        return 0 if self.grammar is None else self.grammar.full_passes
 
     def _chain(self, params: SamplingParams, seed: int) -> Any:
         lib = self.lib
@@ -113,50 +194,17 @@ class SequenceSampler:
 
     def sample(self, logits: npt.NDArray[np.float32]) -> int:
         """The next token, or -1 when the grammar allows none (the reply cannot continue)."""
-        if self.greedy:
-            token = int(np.argmax(logits))
-            if self.grammar is not None and not self._allows(token, float(logits[token])):
-                token = self._constrained_argmax(logits)
-        else:
+        if not self.greedy:
             token = self._sample_chain(logits)
-        if token >= 0 and self.grammar is not None and not self.model.is_eog(token):
-            self.lib.llama_sampler_accept(self.grammar, token)
-        return token
-
-    def _allows(self, token: int, logit: float) -> bool:
-        lib = self.lib
-        one = (lib.llama_token_data * 1)(lib.llama_token_data(token, logit, 0.0))
-        arr = lib.llama_token_data_array(one, 1, -1, False)
-        lib.llama_sampler_apply(self.grammar, ctypes.byref(arr))
-        return not math.isinf(one[0].logit)
-
-    def _fill_candidates(self, logits: npt.NDArray[np.float32]) -> tuple[npt.NDArray[Any], Any]:
-        """All tokens as a ``llama_token_data_array`` over a reusable numpy buffer."""
-        lib = self.lib
-        if self._candidates is None:
-            dtype = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
-            self._candidates = np.zeros(self.model.n_vocab, dtype=dtype)
-        cand = self._candidates
-        cand["id"] = np.arange(self.model.n_vocab, dtype=np.int32)
-        cand["logit"] = logits
-        cand["p"] = 0.0
-        data = ctypes.cast(cand.ctypes.data, ctypes.POINTER(lib.llama_token_data))
-        return cand, lib.llama_token_data_array(data, self.model.n_vocab, -1, False)
-
-    def _constrained_argmax(self, logits: npt.NDArray[np.float32]) -> int:
-        # argmax over the tokens the grammar allows; np.argmax, like llama.cpp's greedy sampler, takes the first
-        # of equal maxima
-        self.full_grammar_passes += 1
-        cand, arr = self._fill_candidates(logits)
-        self.lib.llama_sampler_apply(self.grammar, ctypes.byref(arr))
-        best = int(np.argmax(cand["logit"]))
-        return -1 if math.isinf(float(cand["logit"][best])) else int(cand["id"][best])
+            if self.grammar is not None:
+                self.grammar.accept(token)
+            return token
+        return int(np.argmax(logits)) if self.grammar is None else self.grammar.pick(logits)
 
     def _sample_chain(self, logits: npt.NDArray[np.float32]) -> int:
-        _, arr = self._fill_candidates(logits)
+        _, arr = self._buffer.fill(logits)
         if self.grammar is not None:
-            self.full_grammar_passes += 1
-            self.lib.llama_sampler_apply(self.grammar, ctypes.byref(arr))
+            self.grammar.apply(arr)
         self.lib.llama_sampler_apply(self.chain, ctypes.byref(arr))
         if arr.selected < 0 or arr.size == 0:
             return -1
@@ -168,9 +216,10 @@ class SequenceSampler:
         return token
 
     def close(self) -> None:
-        for sampler in (self.grammar, self.chain):
-            if sampler is not None:
-                self.lib.llama_sampler_free(sampler)
+        if self.grammar is not None:
+            self.grammar.close()
+        if self.chain is not None:
+            self.lib.llama_sampler_free(self.chain)
         self.grammar = self.chain = None
 
 

@@ -236,7 +236,7 @@ class Scheduler:
             job.slot.job = job
             job.t_admit = time.perf_counter()
             job.sampler = self._sampler(job)
-            self.speculator.start(job.slot.seq, job.params.json_schema)
+            self.speculator.start(job.slot.seq, job.params.json_schema, job.sampler.grammar)
             self.active.append(job)
             self.counts["peak_seqs"] = max(self.counts["peak_seqs"], len(self.active))
             source, n = self._wait_target(job)

@@ -42,6 +42,7 @@ from .depth import Calibration, CostCurve, best_first, best_size
 from .tree import TokenTree, Trie
 
 __all__ = [
+    "Constraint",
     "ContextIndex",
     "ContextLookup",
     "DraftSteps",
@@ -57,6 +58,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+class Constraint(Protocol):
+    """What a job's reply must obey (its JSON schema's grammar), as a drafter needs it: the parse state after the
+    reply so far. A drafter that drafts under it (``Drafter.constrained``) forks it at every draft, so that its
+    draft is one the grammar allows, as every token the job emits is (a draft model that ignored it proposed
+    prose where the grammar forces ``{"``, and every job's first steps failed)."""
+
+    def fork(self) -> Constraint:
+        """A copy of the parse state now, which the caller advances and closes."""
+        ...
+
+    def pick(self, logits: Any) -> int:
+        """The most likely token the grammar allows under ``logits``, taken into this state; -1 if none."""
+        ...
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
 class Drafter(Protocol):
     """What the speculator asks of a drafter. Its needs are declared, not guessed from its class or name."""
@@ -69,8 +87,10 @@ class Drafter(Protocol):
     costly: bool
     """Drafting takes time worth counting (a draft model): the speculator plans each sequence's draft length with
     ``draft_seconds`` before it asks, and asks for every sequence at once (``propose_many``)."""
+    constrained: bool
+    """It drafts under the job's grammar: ``start`` gives it the job's ``Constraint`` (None: no grammar)."""
 
-    def start(self, seq: int, schema: str) -> None: ...
+    def start(self, seq: int, schema: str, constraint: Constraint | None = None) -> None: ...
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]: ...
 
@@ -103,8 +123,9 @@ class DrafterBase:
     per_schema = False
     learns = False
     costly = False
+    constrained = False
 
-    def start(self, seq: int, schema: str) -> None:
+    def start(self, seq: int, schema: str, constraint: Constraint | None = None) -> None:
         pass
 
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
@@ -241,7 +262,7 @@ class TraceCache(DrafterBase):
         if path is not None and path.is_file():
             self._load(path)
 
-    def start(self, seq: int, schema: str) -> None:
+    def start(self, seq: int, schema: str, constraint: Constraint | None = None) -> None:
         """Sequence ``seq`` runs a job under this schema key until it finishes (``per_schema`` only)."""
         if self.per_schema:
             self._scopes[seq] = schema

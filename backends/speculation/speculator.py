@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from .depth import AcceptanceTracker, CallCost, CostCurve, CostTable, choose_depths, expected_tokens
-from .drafters import ContextLookup, Drafter, TraceCache, schema_key
+from .drafters import Constraint, ContextLookup, Drafter, TraceCache, schema_key
 
 __all__ = [
     "K_MAX",
@@ -184,11 +184,12 @@ class Speculator:
     def cost(self, curve: CostCurve | CostTable) -> None:
         self._cost = curve
 
-    def start(self, seq: int, schema: Mapping[str, Any] | None) -> None:
-        """A job starts on ``seq``: drafters that draft per schema (the grammar trace) switch to its schema."""
+    def start(self, seq: int, schema: Mapping[str, Any] | None, constraint: Constraint | None = None) -> None:
+        """A job starts on ``seq``: drafters that draft per schema (the grammar trace) switch to its schema, and
+        drafters that draft under its grammar (a draft model) take its ``constraint``."""
         for drafter in self.drafters:
-            if drafter.per_schema:
-                drafter.start(seq, schema_key(schema))
+            if drafter.per_schema or drafter.constrained:
+                drafter.start(seq, schema_key(schema), constraint)
 
     def prefill(self, seq: int, prompt: Sequence[int]) -> None:
         """A job's prompt on ``seq`` is computed: a draft model computes it too, now (its time counts as the

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ...speculation.drafters import DrafterBase
+from ...speculation.drafters import Constraint, DrafterBase
 from ...speculation.speculator import size_class
 from ..ffi import LlamaContext, LlamaModel, TokenBatch
 from ..slots import common_prefix
@@ -36,6 +36,7 @@ class DraftModel(DrafterBase):
 
     name = "draft_model"
     costly = True
+    constrained = True
 
     def __init__(self, path: str | os.PathLike[str], *, n_seqs: int, seq_ctx: int, n_threads: int) -> None:
         self.model: LlamaModel = LlamaModel(path)
@@ -46,6 +47,7 @@ class DraftModel(DrafterBase):
         self.recurrent = self.model.memory != "attention"
         self._checkpoints: dict[int, tuple[int, bytes]] = {}
         self._position_s: dict[int, float] = {}
+        self._constraints: dict[int, Constraint] = {}
         self.computed = 0
         """Tokens decoded so far (prompts, confirmed tokens and drafts), for benches and tests."""
         self.calls = 0
@@ -59,6 +61,14 @@ class DraftModel(DrafterBase):
         size = size_class(seqs)
         return self._position_s.get(size) or self._position_s[min(self._position_s, key=lambda s: abs(s - size))]
 
+    def start(self, seq: int, schema: str, constraint: Constraint | None = None) -> None:
+        """The job on ``seq`` replies under ``constraint`` (its grammar's parse state, which the job advances): its
+        drafts pick the most likely token the grammar allows, as the job's greedy sampler does."""
+        if constraint is None:
+            self._constraints.pop(seq, None)
+        else:
+            self._constraints[seq] = constraint
+
     def propose(self, seq: int, tokens: Sequence[int], k: int) -> list[int]:
         return self.propose_many([(seq, tokens, k)])[0]
 
@@ -68,11 +78,53 @@ class DraftModel(DrafterBase):
             self._catch_up(seq, prompt)
 
     def propose_many(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[list[int]]:
-        """Up to ``k`` greedy tokens after ``tokens`` for each ``(seq, tokens, k)``, all sequences in one call a
-        position. The first call also computes each sequence's tokens confirmed since its last draft (a sequence
-        with more than its share of the batch computes them apart first)."""
+        """Up to ``k`` greedy tokens after ``tokens`` for each ``(seq, tokens, k)`` (under the job's grammar where
+        it has one), all sequences in one call a position. The first call also computes each sequence's tokens
+        confirmed since its last draft (a sequence with more than its share of the batch computes them apart
+        first)."""
         out: list[list[int]] = [[] for _ in requests]
-        feed: dict[int, tuple[list[int], int]] = {}  # request -> (the tokens it feeds next, its draft's length)
+        feed = self._feed(requests)  # request -> (the tokens it feeds next, its draft's length)
+        # request -> a copy of its job's parse state, advanced as it drafts
+        grammars = {i: self._constraints[requests[i][0]].fork() for i in feed if requests[i][0] in self._constraints}
+        first = True
+        try:
+            while feed:
+                self.batch.clear()
+                at = {}
+                for i, (todo, _) in feed.items():
+                    seq = requests[i][0]
+                    at[i] = self.batch.add(todo, len(self._held[seq]), seq, logits_last=True)
+                start = time.perf_counter()
+                if self._decode():
+                    break
+                if not first:  # the first call also computes the tokens confirmed since the last draft
+                    size = size_class(len(feed))
+                    old = self._position_s.get(size)
+                    spent = time.perf_counter() - start
+                    self._position_s[size] = spent if old is None else old + POSITION_ALPHA * (spent - old)
+                drafting: dict[int, tuple[list[int], int]] = {}
+                for i, (todo, k) in feed.items():
+                    seq = requests[i][0]
+                    self._held[seq].extend(todo)
+                    if first and self.recurrent:  # the confirmed tokens are in: the next draft's start
+                        self._checkpoints[seq] = (len(self._held[seq]), self.ctx.recurrent_state(seq))
+                    logits = self.ctx.logits(at[i])
+                    best = grammars[i].pick(logits) if i in grammars else int(np.argmax(logits))
+                    if best < 0:  # the grammar allows nothing after this draft: it ends here
+                        continue
+                    out[i].append(best)
+                    if len(out[i]) < k and not self.model.is_eog(best):
+                        drafting[i] = ([best], k)
+                feed, first = drafting, False
+        finally:
+            for grammar in grammars.values():
+                grammar.close()
+        return out
+
+    def _feed(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> dict[int, tuple[list[int], int]]:
+        """What each request's first call computes (the tokens its sequence does not hold yet) and its draft's
+        length; requests that cannot draft are left out."""
+        feed = {}
         share = max(1, self.batch.capacity // max(1, len(requests)))
         for i, (seq, tokens, k) in enumerate(requests):
             k = min(k, self.ctx.seq_ctx - len(tokens) - 1)
@@ -85,33 +137,7 @@ class DraftModel(DrafterBase):
                     continue
                 todo = [last]
             feed[i] = (todo, k)
-        first = True
-        while feed:
-            self.batch.clear()
-            at = {}
-            for i, (todo, _) in feed.items():
-                seq = requests[i][0]
-                at[i] = self.batch.add(todo, len(self._held[seq]), seq, logits_last=True)
-            start = time.perf_counter()
-            if self._decode():
-                break
-            if not first:  # the first call also computes the tokens confirmed since the last draft
-                size = size_class(len(feed))
-                old = self._position_s.get(size)
-                spent = time.perf_counter() - start
-                self._position_s[size] = spent if old is None else old + POSITION_ALPHA * (spent - old)
-            drafting: dict[int, tuple[list[int], int]] = {}
-            for i, (todo, k) in feed.items():
-                seq = requests[i][0]
-                self._held[seq].extend(todo)
-                if first and self.recurrent:  # the confirmed tokens are in: the next draft's start
-                    self._checkpoints[seq] = (len(self._held[seq]), self.ctx.recurrent_state(seq))
-                best = int(np.argmax(self.ctx.logits(at[i])))
-                out[i].append(best)
-                if len(out[i]) < k and not self.model.is_eog(best):
-                    drafting[i] = ([best], k)
-            feed, first = drafting, False
-        return out
+        return feed
 
     def steps(
         self, seq: int, tokens: Sequence[int], width: int = 1, *, probs: bool = False
@@ -193,6 +219,7 @@ class DraftModel(DrafterBase):
         return self.model.is_eog(token)
 
     def finish(self, seq: int, tokens: Sequence[int], n_prompt: int) -> None:
+        self._constraints.pop(seq, None)
         self.ctx.seq_rm(seq, -1, -1)
         self._held.pop(seq, None)
         self._checkpoints.pop(seq, None)

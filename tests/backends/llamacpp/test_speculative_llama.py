@@ -263,6 +263,7 @@ def test_a_draft_model_computes_each_prompt_with_the_target(smollm2_gguf: Path) 
                 seen.append(drafter.computed)
         except StopIteration as end:
             prompt = end.value[0].stats["prompt_ids"]
+            seen.append(drafter.computed)  # a right draft may end the reply in its first decode step
         assert len(prompt) - 1 in seen  # after the prompt's last step, before any draft: all but the last token
         assert seen[0] in (0, len(prompt) - 1) and max(seen) > len(prompt) - 1  # then it drafted
     finally:
@@ -296,3 +297,29 @@ def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf
     finally:
         alone.close()
         together.close()
+
+
+def test_a_draft_model_drafts_what_the_jobs_grammar_allows(smollm2_gguf: Path) -> None:
+    """A job with a JSON schema emits only what its grammar allows, so a draft model drafts under a copy of the
+    job's parse state (``Drafter.constrained``): after the assistant header, where SmolLM2 alone writes prose, the
+    draft opens the JSON object as the job must. Drafting leaves the job's own parse state where it was."""
+    from minions.backends.llamacpp.sampling import GrammarCache, GrammarState
+    from minions.backends.llamacpp.speculative import DraftModel
+
+    draft = DraftModel(smollm2_gguf, n_seqs=2, seq_ctx=512, n_threads=2)
+    grammars = GrammarCache(draft.model)
+    state = GrammarState(draft.model, grammars.new_sampler(SCHEMA))
+    try:
+        prompt = draft.model.chat_tokens(_requests()[0].messages)
+        free = draft.model.detokenize(draft.propose(0, prompt, 8)).decode()
+        draft.start(1, "schema", state)
+        constrained = draft.model.detokenize(draft.propose(1, prompt, 8)).decode()
+        assert constrained.replace(" ", "").startswith('{"explanation":"')
+        assert not free.lstrip().startswith("{")  # unconstrained, the draft was prose: the case this is for
+        assert draft.model.detokenize(draft.propose(1, prompt, 8)).decode() == constrained  # the job's state stays
+        draft.finish(1, prompt, len(prompt))
+        assert draft.model.detokenize(draft.propose(1, prompt, 8)).decode() == free  # the job ended: no grammar
+    finally:
+        state.close()
+        grammars.close()
+        draft.close()
