@@ -314,7 +314,7 @@ def test_a_draft_model_drafts_what_the_jobs_grammar_allows(smollm2_gguf: Path) -
         free = draft.model.detokenize(draft.propose(0, prompt, 8)).decode()
         draft.start(1, "schema", state)
         constrained = draft.model.detokenize(draft.propose(1, prompt, 8)).decode()
-        assert constrained.replace(" ", "").startswith('{"explanation":"')
+        assert constrained.replace(" ", "").startswith('{"explanation":')
         assert not free.lstrip().startswith("{")  # unconstrained, the draft was prose: the case this is for
         assert draft.model.detokenize(draft.propose(1, prompt, 8)).decode() == constrained  # the job's state stays
         draft.finish(1, prompt, len(prompt))

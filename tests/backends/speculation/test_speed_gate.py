@@ -3,6 +3,8 @@ when they measure faster. Simulated machines (step times given), through the rea
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from minions.backends.speculation import CostCurve, CostTable, ScriptedDrafter, Speculator
@@ -97,7 +99,7 @@ def test_a_fixed_depth_always_drafts_and_no_table_no_judgement() -> None:
 def test_one_slow_step_does_not_make_a_winning_speculation_lose() -> None:
     """A job's first draft indexes its prompt, and a loaded machine deschedules a thread now and then: one step in
     a trial taking three times as long must not turn a measured win into a back-off."""
-    gate = SpeedGate()
+    gate = _warm(SpeedGate())
     for _ in range(8):
         gate.observe(False, 1.0, 1.0)
     for pace in (3.0, *[1.2] * 7):  # 1.5 tokens a step in 1.2 plain steps' time: a 1.25x win, one step slowed
@@ -108,7 +110,7 @@ def test_one_slow_step_does_not_make_a_winning_speculation_lose() -> None:
 def test_a_trial_is_judged_by_its_tokens_per_second_not_its_typical_step() -> None:
     """Most speculative steps win a little, two cost far more (a long draft rejected early at a batch's
     widest shape): the run got fewer tokens per second, whatever the median step says."""
-    gate = SpeedGate()
+    gate = _warm(SpeedGate())
     for pace in (1.5, 3.5) * 4:  # plain steps at batch 8 take one table step or two and more, in turn
         gate.observe(False, 1.0, pace)
     for work, pace in [(1.2, 2.2)] * 6 + [(1.0, 8.0)] * 2:
@@ -120,9 +122,29 @@ def test_a_step_over_more_sequences_counts_for_more_of_a_trial() -> None:
     """A trial is ``min_steps`` sequence-steps: a loss over eight sequences is judged after two speculative
     steps (a batch's steps of eight may be a dozen in all), over one after eight."""
     for seqs, judged_after in ((8, 2), (4, 2), (2, 4), (1, 8)):
-        gate = SpeedGate()
+        gate = _warm(SpeedGate(), seqs)
         gate.observe(False, 1.0, 1.0, seqs)
         for step in range(1, judged_after + 1):
             assert gate.losses == 0, (seqs, step)
             gate.observe(True, 1.5, 2.0, seqs)  # 0.75x of plain
         assert gate.losses == 1 and not gate.speculate(seqs), seqs
+
+
+def test_a_size_class_first_speculative_step_is_not_judged() -> None:
+    """The first speculative step over a batch size runs shapes no call has run (llama.cpp plans and allocates
+    them then): a trial at 8 sequences is 2 steps, and a first one at 3.4 plain steps put off speculation that
+    paid 1.3x for a whole run. It is left out; the steps after it decide."""
+    gate = SpeedGate()
+    gate.observe(False, 1.0, 1.0, 8)
+    gate.observe(True, 2.0, 3.4, 8)  # cold
+    for _ in range(4):
+        gate.observe(True, 2.0, 1.5, 8)
+    assert gate.losses == 0 and gate.gain == pytest.approx(2.0 / 1.5)
+    gate.observe(True, 2.0, 3.4, 1)  # one sequence is a class of its own: its first step is cold too
+    assert gate.trials[1].rates == deque() and gate.trials[8].warm
+
+
+def _warm(gate: SpeedGate, seqs: int = 1) -> SpeedGate:
+    """A gate past its size class's first speculative step (which is not judged)."""
+    gate.observe(True, 1.0, 1.0, seqs)
+    return gate
