@@ -11,10 +11,11 @@ the draft model as one more drafter), three lines say what regime the pair is in
   each (as a verify call reads them), after a 512-token prefix; median of ``repeats`` rounds over every k;
 - ``agreement``: per setting, the share of the target's greedy reply tokens that the draft's greedy choice
   given the same text before them equals (the acceptance a draft chain of any length has at each position),
-  over the bench's jobs; and ``chain_bound``, what that acceptance ``a`` and the two measured costs allow a
-  draft chain at batch 1: the best ``E(a, k) / (T(1 + k) / T(1) + k c)`` over ``k``, where ``E(a, k) = 1 + a +
-  ... + a^k`` tokens come from a step that verifies ``1 + k`` tokens and drafts ``k`` at ``c`` (``draft_cost``)
-  each. Where it is near 1, the curve is too steep for speculation (and for token trees, which verify more).
+  over the bench's jobs, the draft choosing among what the job's grammar allows, as it drafts in the engine;
+  and ``chain_bound``, what that acceptance ``a`` and the two measured costs allow a draft chain at batch 1:
+  the best ``E(a, k) / (T(1 + k) / T(1) + k c)`` over ``k``, where ``E(a, k) = 1 + a + ... + a^k`` tokens come
+  from a step that verifies ``1 + k`` tokens and drafts ``k`` at ``c`` (``draft_cost``) each. Where it is near
+  1, the curve is too steep for speculation (and for token trees, which verify more).
   ``rank_shares``: how often the target's token is the draft's first, second, ... choice; ``tree_bound``: the
   best token tree's speedup by the same measure, its nodes the draft's best choices after each node, valued by
   those shares; ``trees`` says whether it gains ``TREE_GAIN`` (1.2x) over the chain bound, and if not, whether
@@ -98,6 +99,7 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
     choice): one call over each prompt and reply on the draft."""
     from .engine import Engine, EngineConfig
     from .ffi import LlamaContext, LlamaModel, TokenBatch
+    from .sampling import GrammarCache, GrammarState
 
     with_target = Engine(target, EngineConfig(max_seqs=len(jobs), n_threads=n_threads, speculate=False))
     try:
@@ -109,22 +111,31 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
     ctx = LlamaContext(model, seq_ctx=longest + 16, n_seq_max=1, n_batch=longest, n_threads=n_threads,
                        n_outputs=longest)  # fmt: skip
     batch = TokenBatch(model.lib, longest)
+    grammars = GrammarCache(model)
     ranks, total = [0] * RANKS, 0
     try:
-        for r in results:
+        for job, r in zip(jobs, results, strict=True):
             prompt, reply = list(r.stats["prompt_ids"]), list(r.stats["token_ids"])
+            schema = job.params.json_schema  # the draft drafts what the job's grammar allows, as in the engine
+            grammar = None if schema is None else GrammarState(model, grammars.new_sampler(schema))
             batch.clear()
             batch.add(prompt + reply[:-1], 0, 0, logits_last=False)
             batch.want[len(prompt) - 1 : batch.n] = 1  # the logits that predict each reply token
             ctx.decode(batch)
             for i, token in enumerate(reply):
                 logits = ctx.logits(len(prompt) - 1 + i)
+                if grammar is not None:
+                    logits = grammar.masked(logits)
+                    grammar.accept(token)
                 better = int(np.count_nonzero(logits > logits[token]))  # the draft's rank of the target's token
                 if better < RANKS:
                     ranks[better] += 1
             total += len(reply)
             ctx.seq_rm(0, -1, -1)
+            if grammar is not None:
+                grammar.close()
     finally:
+        grammars.close()
         ctx.close()
         model.close()
     shares = [round(n / max(1, total), 3) for n in ranks]

@@ -124,11 +124,18 @@ class GrammarState:
 
     def best(self, logits: npt.NDArray[np.float32]) -> int:
         """The argmax over the tokens the grammar allows (a pass over the whole vocabulary); -1 if none."""
+        masked = self.masked(logits)
+        best = int(np.argmax(masked))
+        return -1 if math.isinf(float(masked[best])) else best
+
+    def masked(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """``logits`` with the tokens the grammar does not allow now at ``-inf`` (a pass over the vocabulary; the
+        buffer's, valid until the next pass)."""
         self.full_passes += 1
         cand, arr = self._buffer.fill(logits)
         self.lib.llama_sampler_apply(self.sampler, ctypes.byref(arr))
-        best = int(np.argmax(cand["logit"]))
-        return -1 if math.isinf(float(cand["logit"][best])) else int(cand["id"][best])
+        logits_now: npt.NDArray[np.float32] = cand["logit"]
+        return logits_now
 
     def apply(self, arr: Any) -> None:
         """Mask the tokens of ``arr`` the grammar does not allow (a pass over them)."""

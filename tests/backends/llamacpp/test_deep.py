@@ -108,6 +108,19 @@ def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float,
     assert _greedy(built[0.1]) != _greedy(_source())
 
 
+@pytest.mark.slow
+def test_agreement_drafts_under_the_jobs_grammar(built: dict[float, Path]) -> None:
+    """A job with a JSON schema: the draft picks among what the grammar allows, as the engine's draft model does,
+    so a target that decodes as its draft agrees on every token, the JSON's opening included (which SmolLM2
+    alone would write as prose)."""
+    from minions.backends.llamacpp.deep_bench import agreement
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    job = ChatRequest([Message("user", PROMPTS[0])], SamplingParams(max_tokens=24, json_schema=schema))
+    report = agreement(built[0.0], _source(), [job], n_threads=1)
+    assert report["tokens"] >= 8 and report["agreement"] == 1.0
+
+
 def test_chain_bound_follows_the_cost_curve() -> None:
     """A flat curve lets long chains pay; a steep one caps them; no acceptance leaves plain decoding."""
     from minions.backends.llamacpp.deep_bench import chain_bound

@@ -415,3 +415,17 @@ def test_a_costly_drafter_is_asked_for_the_drafts_that_pay_for_its_time() -> Non
     drafts = spec.propose(jobs)
     assert rival.asked == [[(1, 8)]]  # sequence 0's lookup offer is worth more than the model's
     assert drafts[0].drafter == "lookup" and drafts[1].drafter == "model"
+
+
+def test_only_a_draft_models_estimate_gains_from_its_uncertainty() -> None:
+    """The same acceptance estimate from the same few outcomes: a draft model's tokens are accepted independently
+    of each other, and its draft is cut as its Beta belief says (8 tokens on the 1B target's curve); a lookup's
+    copied span is right or wrong as a whole, and its draft is cut as the point estimate says (4)."""
+    calls = CallCost(CostCurve((1, 2, 3, 4, 5, 7, 9), (1.0, 1.335, 1.551, 1.762, 1.889, 2.287, 2.295)))
+    curve = CostCurve(tuple(range(1, 10)), tuple(calls([n]) + 0.06 * (n - 1) for n in range(1, 10)))
+    jobs = [(0, [1, 2, 3], 8)]
+    for drafter, depth in ((CostlyDrafter(0.0), 8), (ScriptedDrafter(lambda seq, tokens, k: [7] * k, "lookup"), 4)):
+        spec = Speculator([drafter], lambda: curve)
+        spec.gate = None
+        spec.tracker.set(drafter.name, 0.78, outcomes=14.0)  # worth 16 with the prior's weight
+        assert len(spec.propose(jobs)[0].tokens) == depth, drafter.name
