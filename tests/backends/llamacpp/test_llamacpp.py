@@ -115,13 +115,13 @@ def test_an_interrupted_call_stops_its_run_and_the_backend_goes_on(backend: Llam
 
     def interrupt_once_decoding(i: int, text: str) -> None:
         tokens.append(time.monotonic())
-        if len(tokens) == 5:
-            _thread.interrupt_main()
+        if len(tokens) == 1:  # at the first piece: a reply that ends after a few (near-ties flip with the drafts
+            _thread.interrupt_main()  # that earlier tests taught the trace cache) is interrupted all the same
 
     with pytest.raises(KeyboardInterrupt):
         backend.batch([request], on_token=interrupt_once_decoding)
     stopped = len(tokens)
-    assert 5 <= stopped < 200  # within a poll of the wait (POLL_S), not at the end of the reply
+    assert 1 <= stopped < 200  # within a poll of the wait (POLL_S), not at the end of the reply
     time.sleep(0.3)
     assert len(tokens) == stopped  # nothing decodes after the interrupt went on
     assert backend.chat("Name a sea.", SamplingParams(max_tokens=6)).ok
