@@ -110,6 +110,10 @@ def test_calls_from_several_threads_decode_on_one(backend: LlamaCppBackend) -> N
 def test_an_interrupted_call_stops_its_run_and_the_backend_goes_on(backend: LlamaCppBackend) -> None:
     """Ctrl-C while a batch decodes: the interrupt reaches the caller, the run stops at its next step (no decode
     outlives its caller), and the next call is served."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:  # interrupt_main then raises nothing
+        pytest.skip("something in this process replaced the SIGINT handler: an interrupt raises no KeyboardInterrupt")
     tokens: list[float] = []
     request = ChatRequest([Message("user", "Write a long story about a ship.")], SamplingParams(max_tokens=400))
 
