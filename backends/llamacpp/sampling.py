@@ -131,9 +131,8 @@ class GrammarState:
     def masked(self, logits: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """``logits`` with the tokens the grammar does not allow now at ``-inf`` (a pass over the vocabulary; the
         buffer's, valid until the next pass)."""
-        self.full_passes += 1
         cand, arr = self._buffer.fill(logits)
-        self.lib.llama_sampler_apply(self.sampler, ctypes.byref(arr))
+        self.apply(arr)
         logits_now: npt.NDArray[np.float32] = cand["logit"]
         return logits_now
 
