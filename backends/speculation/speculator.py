@@ -158,6 +158,7 @@ class Speculator:
         recurrent: bool = False,
     ) -> None:
         self.drafters = list(drafters)
+        self._costly = {d.name for d in self.drafters if d.costly}
         self.recurrent = recurrent
         self.k_max = k_max
         self.depth = depth
@@ -285,8 +286,7 @@ class Speculator:
         ``a^j`` up to 12), so that a long draft gains from the estimate's uncertainty; exact for a lookup, whose
         copied span is right or wrong as a whole (weighed as a draft model's, it drafted longer and lost:
         SmolLM2 alone on free-form at batch 1, 1.08x against 1.12x)."""
-        costly = any(d.costly for d in self.drafters if d.name == name)
-        return self.tracker.outcomes(seq, name) if costly else math.inf
+        return self.tracker.outcomes(seq, name) if name in self._costly else math.inf
 
     def _step_cost(self, seqs: int) -> Callable[[Sequence[float]], float]:
         """``T`` of a call over ``seqs`` sequences by the tokens each carries (``CallCost``), its draft part scaled
