@@ -3,12 +3,16 @@
 ``--target deep`` builds (once, then from the cache) SmolLM2 widened into a target that costs what a ~1B model
 costs per token (``deep``), and drafts for it with SmolLM2 itself; ``--target PATH --draft PATH`` measures any
 pair with one vocabulary. Before the speculative bench's lines (``speculative.bench``, run on the target with
-the draft model as one more drafter), three lines say what regime the pair is in:
+the draft model as one more drafter), these lines say what regime the pair is in:
 
 - ``models``: each model's size and greedy decode tokens per second (best of ``repeats``, interleaved), and
   ``draft_cost``: the draft's time per token over the target's;
 - ``verify_cost``: the target's ``T(k)/T(1)`` for one sequence, k = 1..32 tokens in a call with logits for
   each (as a verify call reads them), after a 512-token prefix; median of ``repeats`` rounds over every k;
+- ``batch_cost``, for each batch size over 1 the bench runs (``batch_costs``): the target's ``T_b(n)/T_b(1)``, a
+  call over ``n`` tokens of each of ``b`` sequences against one over one token of each (a verify step against a
+  plain one), n = 1 .. ``1 + k_max``, the draft's cost of a drafted position over the ``b`` sequences, and
+  what calls that llama.cpp splits further cost (``splits``);
 - ``agreement``: per setting, the share of the target's greedy reply tokens that the draft's greedy choice
   given the same text before them equals (the acceptance a draft chain of any length has at each position),
   over the bench's jobs, the draft choosing among what the job's grammar allows, as it drafts in the engine;
@@ -20,7 +24,9 @@ the draft model as one more drafter), three lines say what regime the pair is in
   best token tree's speedup by the same measure, its nodes the draft's best choices after each node, valued by
   those shares; ``trees`` says whether it gains ``TREE_GAIN`` (1.2x) over the chain bound, and if not, whether
   the curve is too steep (a tree would gain that on a flat curve, ``tree_over_chain_if_flat``) or the draft's
-  further choices are right too seldom for any curve.
+  further choices are right too seldom for any curve. ``chain_bound_batch_<b>``: the chain bound at batch ``b``,
+  over the ``batch_cost`` line's costs (the first drafted position at ``draft_first_cost``), and what it says in
+  words.
 """
 
 from __future__ import annotations
@@ -35,15 +41,28 @@ from typing import Any
 
 import numpy as np
 
+from ..speculation.speculator import K_MAX
 from .bench import BenchConfig, find_document, load_chunks
 from .speculative.bench import SpecBenchConfig, _jobs, speculative_bench
 
-__all__ = ["VERIFY_TOKENS", "agreement", "chain_bound", "deep_bench", "resolve_pair", "tree_bound", "verify_costs"]
+__all__ = [
+    "VERIFY_TOKENS",
+    "agreement",
+    "batch_costs",
+    "call_costs",
+    "chain_bound",
+    "deep_bench",
+    "resolve_pair",
+    "tree_bound",
+    "verify_costs",
+]
 
 VERIFY_TOKENS = tuple(range(1, 33))
 """The call sizes of ``verify_cost``."""
 PREFIX = 512
 """Tokens in the sequence before the timed calls (a job's excerpt and instruction)."""
+BATCH_PREFIX = 64
+"""Tokens in each sequence before the timed calls over a batch (``batch_costs``)."""
 RANKS = 4
 """The draft's choices counted by ``agreement`` (``rank_shares``), and the children a node of ``tree_bound`` has."""
 
@@ -62,35 +81,100 @@ def resolve_pair(target: str, draft: str | None) -> tuple[Path, Path]:
 
 
 def verify_costs(
-    path: Path, *, n_threads: int, tokens: Sequence[int] = VERIFY_TOKENS, repeats: int = 5
+    path: Path,
+    *,
+    n_threads: int,
+    tokens: Sequence[int] = VERIFY_TOKENS,
+    repeats: int = 5,
+    seqs: int = 1,
+    prefix: int = PREFIX,
 ) -> dict[int, float]:
-    """Seconds of one call over ``k`` tokens of one sequence, logits for each, for every ``k`` in ``tokens``."""
+    """Seconds of one call over ``k`` tokens of each of ``seqs`` sequences (``prefix`` tokens held by each), logits
+    for each token, for every ``k`` in ``tokens``."""
+    shapes = {k: [k] * seqs for k in tokens}
+    return call_costs(path, shapes, n_threads=n_threads, repeats=repeats, prefix=prefix)
+
+
+def call_costs(
+    path: Path, shapes: dict[Any, Sequence[int]], *, n_threads: int, repeats: int = 5, prefix: int = PREFIX
+) -> dict[Any, float]:
+    """Seconds of one call of each shape (the tokens each sequence carries, in the order of their ids; 0: that
+    sequence is not in the call), logits for each token, every sequence holding ``prefix`` tokens; the median of
+    ``repeats`` rounds over the shapes, after a round that warms them up."""
     from .ffi import LlamaContext, LlamaModel, TokenBatch
 
     model = LlamaModel(path)
-    most = max(tokens)
-    ctx = LlamaContext(model, seq_ctx=PREFIX + most + 16, n_seq_max=1, n_batch=max(PREFIX, most),
+    seqs = max(len(shape) for shape in shapes.values())
+    most = max(sum(shape) for shape in shapes.values())
+    ctx = LlamaContext(model, seq_ctx=prefix + most + 16, n_seq_max=seqs, n_batch=max(prefix, most),
                        n_threads=n_threads, n_outputs=most)  # fmt: skip
-    batch = TokenBatch(model.lib, max(PREFIX, most))
-    times: dict[int, list[float]] = {k: [] for k in tokens}
+    batch = TokenBatch(model.lib, max(prefix, most))
+    times: dict[Any, list[float]] = {key: [] for key in shapes}
     try:
-        batch.clear()
-        batch.add([(17 * i + 11) % model.n_vocab for i in range(PREFIX)], 0, 0, logits_last=True)
-        ctx.decode(batch)
-        for round_ in range(repeats + 1):
-            for k in tokens if round_ else (tokens[0], tokens[-1]) * 2:  # warming up: building, repacking
+        for seq in range(seqs):
+            batch.clear()
+            batch.add([(17 * i + 11 + seq) % model.n_vocab for i in range(prefix)], 0, seq, logits_last=True)
+            ctx.decode(batch)
+        for round_ in range(repeats + 1):  # the first warms up: building the graphs, repacking
+            for key, shape in shapes.items():
                 batch.clear()
-                batch.add([(31 * j + 7) % 1000 for j in range(k)], PREFIX, 0, logits_last=False)
-                batch.want[:k] = 1
+                for seq, k in enumerate(shape):
+                    if k:
+                        batch.add([(31 * j + 7 + seq) % 1000 for j in range(k)], prefix, seq, logits_last=False)
+                batch.want[: sum(shape)] = 1
                 start = time.perf_counter()
                 ctx.decode(batch)
                 if round_:
-                    times[k].append(time.perf_counter() - start)
-                ctx.seq_rm(0, PREFIX, -1)
+                    times[key].append(time.perf_counter() - start)
+                for seq in range(seqs):
+                    ctx.seq_rm(seq, prefix, -1)
     finally:
         ctx.close()
         model.close()
-    return {k: sorted(t)[len(t) // 2] for k, t in times.items()}
+    return {key: sorted(t)[len(t) // 2] for key, t in times.items()}
+
+
+def batch_costs(
+    target: Path, draft: Path, batch: int, *, n_threads: int, repeats: int, k_max: int = K_MAX
+) -> dict[str, Any]:
+    """What a step over ``batch`` sequences costs (``batch_cost``): the target's ``T_b(n)/T_b(1)``, a call over
+    ``n`` tokens of each sequence against one over one token of each, n = 1 .. ``1 + k_max``; and ``draft_cost``,
+    the draft's call over one token of each sequence (a drafted position) against the target's, and
+    ``draft_first_cost``, its call over two tokens of each (a step's first drafted position: the draft also
+    computes the last step's last accepted token). The sequences hold ``BATCH_PREFIX`` tokens each (computing 512
+    for each of 8 would take a 1B target minutes).
+
+    ``splits``: calls that llama.cpp splits into more ubatches than their lengths need (``speculation.CallCost``),
+    against ``T_b(1)``: 3 and 1 tokens by turns along the ids against the same lengths grouped, and every other
+    sequence with one token against as many sequences with consecutive ids."""
+    sizes = range(1, k_max + 2)
+    shapes: dict[Any, list[int]] = {n: [n] * batch for n in sizes}
+    by_turns = [3 if i % 2 == 0 else 1 for i in range(batch)]
+    apart = [1 if i % 2 == 0 else 0 for i in range(batch)]
+    splits = {"3 and 1 tokens by turns": by_turns, "3 and 1 tokens grouped": sorted(by_turns, reverse=True),
+              "every other sequence": apart, "as many, ids consecutive": sorted(apart, reverse=True)}  # fmt: skip
+    costs = call_costs(target, {**shapes, **splits}, n_threads=n_threads, repeats=repeats, prefix=BATCH_PREFIX)
+    drafted = verify_costs(draft, n_threads=n_threads, tokens=(1, 2), repeats=repeats, seqs=batch, prefix=BATCH_PREFIX)
+    return {
+        "batch": batch,
+        "verify_cost": {n: round(costs[n] / costs[1], 3) for n in sizes},
+        "t1_ms": round(costs[1] * 1e3, 1),
+        "draft_cost": round(drafted[1] / costs[1], 3),
+        "draft_first_cost": round(drafted[2] / costs[1], 3),
+        "splits": {name: round(costs[name] / costs[1], 3) for name in splits},
+    }
+
+
+def _batch_words(batch: int, bound: dict[str, float], costs: dict[int, float]) -> str:
+    """What ``chain_bound`` over a batch's costs says, in words."""
+    if bound["k"] == 0:
+        return (f"at batch {batch} no draft chain can pay here: verifying a second token of each sequence costs "
+                f"{costs[2]:.2f} plain steps")  # fmt: skip
+    k = int(bound["k"])
+    return (
+        f"at batch {batch} a draft chain can gain at most {bound['speedup']:.2f}x here ({k} drafted tokens a "
+        f"sequence, a call {costs[1 + k]:.2f} plain steps)"
+    )
 
 
 def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int) -> dict[str, Any]:
@@ -142,13 +226,18 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
     return {"agreement": shares[0], "rank_shares": shares, "tokens": total, "jobs": len(results)}
 
 
-def chain_bound(a: float, costs: dict[int, float], draft_cost: float) -> dict[str, float]:
+def chain_bound(
+    a: float, costs: dict[int, float], draft_cost: float, first_cost: float | None = None
+) -> dict[str, float]:
     """The draft length ``k`` that maximises a chain's expected speedup at batch 1, and that speedup (the
-    module's docstring); ``k = 0`` is plain decoding, 1.0."""
+    module's docstring); ``k = 0`` is plain decoding, 1.0. ``first_cost``: the first drafted position's cost where
+    it differs from the others' (over a batch, the draft's first call also computes each sequence's last
+    accepted tokens)."""
     best_k, best = 0, 1.0
+    first = draft_cost if first_cost is None else first_cost
     for k in range(1, max(costs)):
         emitted = sum(a**i for i in range(k + 1))  # E(a, k) = 1 + a + ... + a^k
-        speedup = emitted / (costs[1 + k] / costs[1] + k * draft_cost)
+        speedup = emitted / (costs[1 + k] / costs[1] + first + (k - 1) * draft_cost)
         if speedup > best:
             best_k, best = k, speedup
     return {"k": best_k, "speedup": round(best, 3)}
@@ -250,6 +339,12 @@ def deep_bench(
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
     }  # fmt: skip
+    by_batch = {}
+    for b in sorted({b for b in config.batches if b > 1}):
+        load = os.getloadavg()[0]
+        by_batch[b] = batch_costs(target_path, draft_path, b, n_threads=n_threads, repeats=max(3, config.repeats),
+                                  k_max=config.k_max)  # fmt: skip
+        yield {"batch_cost": by_batch[b], "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
     model = LlamaModel(target_path)
     try:
         chunks = load_chunks(pdf, model, BenchConfig(chunks=config.chunks, chunk_tokens=config.chunk_tokens))
@@ -266,5 +361,9 @@ def deep_bench(
                           / chain_bound(float(report["agreement"]), flat, draft_cost)["speedup"], 3)  # fmt: skip
         agreed[setting] = {**report, "chain_bound": chain, "tree_bound": tree, "tree_over_chain_bound": over,
                            "tree_over_chain_if_flat": over_flat, "trees": _trees(over, over_flat)}  # fmt: skip
+        for b, line in by_batch.items():
+            bound = chain_bound(float(report["agreement"]), line["verify_cost"], line["draft_cost"],
+                                line["draft_first_cost"])  # fmt: skip
+            agreed[setting][f"chain_bound_batch_{b}"] = {**bound, "says": _batch_words(b, bound, line["verify_cost"])}
     yield agreed
     yield from speculative_bench(data, replace(config, model=str(target_path), draft=str(draft_path)))

@@ -403,7 +403,8 @@ class Scheduler:
         plan, rows = self._fill(jobs, drafts)
         called = time.perf_counter()
         if self._call(plan):
-            self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called)
+            self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called,
+                                         [_seq_of(job) for job, _ in plan])  # fmt: skip
             self.counts["decode_steps"] += 1
             self.counts["verify_tokens"] += self.lane.batch.n
             before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s

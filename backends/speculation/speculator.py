@@ -232,7 +232,8 @@ class Speculator:
         else:
             rollback_s = self.cost.rollback_s if self.recurrent else None
             worth = [self._worth(seq, p[0]) for (seq, _, _), p in zip(jobs, picks, strict=True)]
-            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], self._step_cost(len(picks)),
+            step = self._step_cost([seq for seq, _, _ in jobs])
+            depths = choose_depths([p[2] for p in picks], [len(p[1]) for p in picks], step,
                                    base=carried, rollback_s=rollback_s, outcomes=worth)  # fmt: skip
         return [Draft(name, tuple(tokens[:k]), offered) if k else Draft(offers=offered)
                 for (name, tokens, _), offered, k in zip(picks, offers, depths, strict=True)]  # fmt: skip
@@ -265,7 +266,7 @@ class Speculator:
         if not any(caps):
             return caps
         per_position = drafter.draft_seconds(len(jobs))
-        step = self._step_cost(len(jobs))
+        step = self._step_cost([seq for seq, _, _ in jobs])
 
         def cost(lengths: Sequence[float]) -> float:
             drafted = max(length - b for length, b in zip(lengths, base, strict=True))
@@ -288,16 +289,16 @@ class Speculator:
         SmolLM2 alone on free-form at batch 1, 1.08x against 1.12x)."""
         return self.tracker.outcomes(seq, name) if name in self._costly else math.inf
 
-    def _step_cost(self, seqs: int) -> Callable[[Sequence[float]], float]:
-        """``T`` of a call over ``seqs`` sequences by the tokens each carries (``CallCost``), its draft part scaled
-        by how much more (or less) than measured the drafted calls of this engine have cost, relative to its
-        plain calls."""
+    def _step_cost(self, seqs: Sequence[int]) -> Callable[[Sequence[float]], float]:
+        """``T`` of a call over the sequences ``seqs`` (their ids, in the call's order) by the tokens each carries
+        (``CallCost``), its draft part scaled by how much more (or less) than measured the drafted calls of this
+        engine have cost, relative to its plain calls."""
         calls = self.call_cost
-        base = calls.curve(seqs)(seqs)
+        base = calls([1.0] * len(seqs), seqs)
         scale = self.draft_cost_scale
 
         def cost(lengths: Sequence[float]) -> float:
-            return base + scale * (calls(lengths) - base)  # T(plain) + f (T(lengths) - T(plain))
+            return base + scale * (calls(lengths, seqs) - base)  # T(plain) + f (T(lengths) - T(plain))
 
         return cost
 
@@ -317,12 +318,13 @@ class Speculator:
             return 1.0
         return min(4.0, max(0.5, self._calibration[True] / self._calibration[False]))
 
-    def observe_call(self, lengths: Sequence[int], seconds: float) -> None:
-        """A decode call whose sequences carried ``lengths`` tokens took ``seconds``. Ignored until the cost
-        table is there: it is measured when a draft is first on offer, not for calls that never had one."""
+    def observe_call(self, lengths: Sequence[int], seconds: float, seqs: Sequence[int] | None = None) -> None:
+        """A decode call whose sequences (``seqs``: their ids, in the call's order) carried ``lengths`` tokens took
+        ``seconds``. Ignored until the cost table is there: it is measured when a draft is first on offer, not
+        for calls that never had one."""
         if self._cost is None or not lengths:
             return
-        ratio = seconds / max(1e-9, self.call_cost(lengths))
+        ratio = seconds / max(1e-9, self.call_cost(lengths, seqs))
         drafted = sum(lengths) > len(lengths)
         old = self._calibration.get(drafted)
         self._calibration[drafted] = ratio if old is None else old + CALIBRATION_ALPHA * (ratio - old)

@@ -153,3 +153,35 @@ def test_a_tree_gains_over_a_chain_only_where_the_curve_is_flat() -> None:
     wide = tree_bound(shares, flat, 0.05)
     assert wide["nodes"] > wide["depth"] + 1 and wide["speedup"] > 1.2 * chain_bound(0.5, flat, 0.05)["speedup"]
     assert tree_bound(shares, steep, 0.05)["speedup"] < 1.2 * chain_bound(0.5, steep, 0.05)["speedup"]
+
+
+def test_batch_costs_price_a_verify_step_over_a_batch() -> None:
+    """``batch_costs``: a call over ``n`` tokens of each sequence against one of one token each, and a drafted
+    position; the same model as target and draft costs the same per position."""
+    from minions.backends.llamacpp.deep_bench import batch_costs
+
+    line = batch_costs(_source(), _source(), 2, n_threads=1, repeats=2, k_max=2)
+    assert line["batch"] == 2 and set(line["verify_cost"]) == {1, 2, 3} and line["verify_cost"][1] == 1.0
+    assert all(cost > 0 for cost in line["verify_cost"].values()) and line["t1_ms"] > 0
+    assert 0.5 < line["draft_cost"] < 2.0 and line["draft_first_cost"] > 0
+    assert set(line["splits"]) == {"3 and 1 tokens by turns", "3 and 1 tokens grouped", "every other sequence",
+                                   "as many, ids consecutive"}  # fmt: skip
+    assert all(cost > 0 for cost in line["splits"].values())
+
+
+def test_the_batch_bound_says_whether_a_chain_can_pay() -> None:
+    """Over a batch whose calls grow with every token (compute-bound) no chain pays, and the words say so; over
+    a flatter curve they name the gain and the depth."""
+    from minions.backends.llamacpp.deep_bench import _batch_words, chain_bound
+
+    bound_curve = {n: float(n) for n in range(1, 10)}
+    bound = chain_bound(0.9, bound_curve, 0.15)
+    assert bound == {"k": 0, "speedup": 1.0}
+    assert "no draft chain can pay" in _batch_words(8, bound, bound_curve)
+    flatter = {n: 1.0 + 0.4 * (n - 1) for n in range(1, 10)}
+    bound = chain_bound(0.9, flatter, 0.15)
+    assert bound["k"] >= 1 and bound["speedup"] > 1.0
+    assert f"at most {bound['speedup']:.2f}x" in _batch_words(8, bound, flatter)
+    dearer = chain_bound(0.9, flatter, 0.15, first_cost=0.3)  # the first call computes accepted tokens too
+    assert dearer["speedup"] < bound["speedup"]
+    assert chain_bound(0.9, flatter, 0.15, first_cost=0.15) == bound

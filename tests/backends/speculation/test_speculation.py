@@ -247,6 +247,25 @@ def test_a_call_costs_the_passes_llama_cpp_splits_it_into() -> None:
     assert choose_depths([0.95] * 8, [2] * 8, calls) == [2] * 8
 
 
+def test_a_ubatch_holds_only_sequences_with_consecutive_ids() -> None:
+    """With a KV stream per sequence llama.cpp splits a call sequentially: a ubatch is a run of consecutive ids,
+    so lengths that rise and fall along the ids and ids missing between others cost passes of their own
+    (measured on the 1B target at 8 sequences: 3, 1, 3, 1, ... tokens 1036 ms, 3, 3, 3, 3, 1, 1, 1, 1 609 ms;
+    sequences 0, 2, 3, 5 and 7 with a token each 524 ms, 0 to 4 244 ms); depths are chosen by that price."""
+    one = CostCurve((1, 8, 9), (0.010, 0.033, 0.039))
+    eight = CostCurve((8, 16, 24), (0.039, 0.067, 0.093))
+    calls = CallCost(CostTable((1, 8), (one, eight)))
+    # 8 x 1, then sequences 0, 2, 4 and 6 apart (2 tokens each): five passes, where grouped they are two
+    assert calls([3, 1] * 4) == pytest.approx(0.039 + 4 * one(2))
+    assert calls([3] * 4 + [1] * 4) == pytest.approx(0.039 + calls.curve(4)(8))
+    assert calls([3, 1] * 4) > 1.2 * calls([3] * 4 + [1] * 4)
+    linear = CallCost(CostCurve.linear(0.1))
+    assert linear([1] * 5, [0, 1, 2, 3, 4]) == linear([1] * 5)
+    assert linear([1] * 5, [0, 2, 3, 5, 7]) == pytest.approx(3 * linear([1]) + linear([1, 1]))  # 0 | 2 3 | 5 | 7
+    # drafts on offer of 3 and 1 tokens in turn: every sequence drafts one, not 3, 1, 3, 1, ...
+    assert choose_depths([0.95] * 8, [3, 1] * 4, calls) == [1] * 8
+
+
 def test_a_call_is_priced_continuously_in_expected_lengths() -> None:
     """A recurrent model's expected tokens computed again (``rollback_tokens``) make lengths fractional and a
     little different for every sequence: those are not passes of their own. (Priced as passes, four sequences
