@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -96,7 +96,7 @@ def verify_costs(
 
 
 def call_costs(
-    path: Path, shapes: dict[Any, Sequence[int]], *, n_threads: int, repeats: int = 5, prefix: int = PREFIX
+    path: Path, shapes: Mapping[Any, Sequence[int]], *, n_threads: int, repeats: int = 5, prefix: int = PREFIX
 ) -> dict[Any, float]:
     """Seconds of one call of each shape (the tokens each sequence carries, in the order of their ids; 0: that
     sequence is not in the call), logits for each token, every sequence holding ``prefix`` tokens; the median of
