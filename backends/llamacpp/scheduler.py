@@ -23,6 +23,7 @@ from minions.events import CancelToken
 from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
 
+from ..speculation.depth import fillers
 from ..speculation.speculator import NO_DRAFT, Draft, DraftStats, Speculator
 from ..speculation.tree import TokenTree, accept
 from .ffi import LlamaContext, LlamaModel, TokenBatch
@@ -78,6 +79,9 @@ class BatchStats:
     """Decode calls over generating jobs; each verifies every job's draft (if any)."""
     verify_tokens: int = 0
     """Tokens in those calls: one per job and step, plus the drafts."""
+    filler_tokens: int = 0
+    """Tokens those calls carried, besides, on free sequences between the jobs' (then dropped), so that llama.cpp
+    ran each as one ubatch (``speculation.depth.fillers``)."""
     drafted: int = 0
     accepted: int = 0
     rollbacks: int = 0
@@ -400,13 +404,17 @@ class Scheduler:
         start = time.perf_counter()
         drafting = self.speculator.drafting(len(jobs))  # the speculator's speed gate may make this step plain
         drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
-        plan, rows = self._fill(jobs, drafts)
+        plan, rows, filled = self._fill(jobs, drafts)
         called = time.perf_counter()
-        if self._call(plan):
+        ok = self._call(plan)
+        for slot in filled:  # the fillers' cells go; the slot keeps the prompt it held
+            self.lane.ctx.seq_rm(slot.seq, len(slot.tokens), -1)
+        if ok:
             self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called,
                                          [_seq_of(job) for job, _ in plan])  # fmt: skip
             self.counts["decode_steps"] += 1
-            self.counts["verify_tokens"] += self.lane.batch.n
+            self.counts["verify_tokens"] += sum(len(tokens) for _, tokens in plan)
+            self.counts["filler_tokens"] += sum(len(tokens) for _, tokens in plan[:1]) * len(filled)
             before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
@@ -426,8 +434,9 @@ class Scheduler:
 
     def _fill(
         self, jobs: list[EngineSequence], drafts: list[Draft]
-    ) -> tuple[list[tuple[EngineSequence, list[int]]], list[int]]:
-        """The decode call's batch: each job's tokens (``plan``) and the row of its pending token's logits."""
+    ) -> tuple[list[tuple[EngineSequence, list[int]]], list[int], list[Slot]]:
+        """The decode call's batch: each job's tokens (``plan``), the row of its pending token's logits, and the
+        free slots between the jobs' that carry fillers (``_fillers``)."""
         batch = self.lane.batch
         batch.clear()
         plan, rows = [], []
@@ -435,14 +444,36 @@ class Scheduler:
             assert job.pending is not None
             if draft.tokens and self.lane.slots.recurrent:  # the state to go back to if a draft token is wrong
                 job.checkpoint = (job.n_past, self.lane.ctx.recurrent_state(_seq_of(job)))
-            tokens = [*job.redo, job.pending, *draft.tokens]
+            plan.append((job, [*job.redo, job.pending, *draft.tokens]))
             job.redo = []
+        filled = self._fillers(plan)
+        gaps = {slot.seq: slot for slot in filled}
+        for (job, tokens), draft in zip(plan, drafts, strict=True):
+            for seq in sorted(gaps):  # in the order of the ids, before the job after them
+                if seq < _seq_of(job):
+                    batch.add(tokens, len(gaps.pop(seq).tokens), seq, logits_last=False)
             last = batch.add(tokens, job.n_past, _seq_of(job), logits_last=True)
             batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
-            plan.append((job, tokens))
             rows.append(last - len(draft.tokens))
             self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
-        return plan, rows
+        return plan, rows, filled
+
+    def _fillers(self, plan: list[tuple[EngineSequence, list[int]]]) -> list[Slot]:
+        """The free slots between the call's sequences that carry copies of their neighbours' tokens after what
+        they hold, so that llama.cpp runs the call as one ubatch (``speculation.depth.fillers``: where that is
+        cheaper, as ``CallCost`` prices it). Not on recurrent memory, whose state cannot drop the fillers, nor
+        on a slot without room or with a stream copy pending; then none."""
+        slots = self.lane.slots
+        if slots.recurrent:
+            return []
+        gaps = fillers([len(tokens) for _, tokens in plan], [_seq_of(job) for job, _ in plan])
+        n = len(plan[0][1]) if plan else 0
+        filled = [slots.slots[seq] for seq in gaps]
+        if any(s.job is not None or s.seq in slots.pending or len(s.tokens) + n > slots.capacity for s in filled):
+            return []
+        if len(plan) + len(filled) > self.lane.batch.capacity // max(1, n):
+            return []
+        return filled
 
     def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call

@@ -308,3 +308,22 @@ def test_a_reply_that_loops_is_cut_and_marked(engine: Engine):
     assert result.stats.get("looping", 0) >= 1, result.text  # SmolLM2 writes "7 7 7 ..." without end
     assert result.usage.completion_tokens < 40 and result.finish_reason == "length"
     assert result.text.split()[:5] == ["7"] * 5
+
+
+def test_a_job_that_ends_first_leaves_no_gap_in_the_calls(model_path: Path) -> None:
+    """A job of four ends first, on sequence 1: its free sequence, between the others, carries fillers in the
+    later calls, so that llama.cpp runs each as one ubatch (``speculation.depth.fillers``). The replies are still
+    the ones decoded alone, and the fillers leave nothing behind in the free sequence, which keeps its prompt."""
+    requests = [ask("What does a balance sheet show?", max_tokens=2), ask("Say hello.", max_tokens=12),
+                ask("What is free cash flow?", max_tokens=12), ask("Name three colours.", max_tokens=12)]  # fmt: skip
+    engine = Engine(model_path, EngineConfig(n_ctx=N_CTX, seq_ctx=SEQ_CTX, max_seqs=4, speculate=False))
+    try:
+        results = engine.run(requests, trace_tokens=True)
+        batch = results[0].stats["batch"]
+        assert batch["filler_tokens"] >= 8  # one a step, for the 10 steps after the first job's end
+        assert_same_as_alone(engine, one_at_a_time(model_path, requests, n_ctx=N_CTX), results)
+        for slot in engine.lane.slots.slots:
+            assert engine.lane.ctx.seq_pos_max(slot.seq) == len(slot.tokens) - 1
+        assert engine.run(requests[:1])[0].stats["batch"]["prefill_reused"] > 0
+    finally:
+        engine.close()
