@@ -148,3 +148,14 @@ def _warm(gate: SpeedGate, seqs: int = 1) -> SpeedGate:
     """A gate past its size class's first speculative step (which is not judged)."""
     gate.observe(True, 1.0, 1.0, seqs)
     return gate
+
+
+def test_a_back_off_counts_sequence_steps() -> None:
+    """A back-off lasts ``backoff_steps`` sequence-steps: 32 steps of one sequence, 4 of eight. Counted in steps, a
+    loss at eight sequences made the rest of a batch's run plain (its 40-token replies are some 15 steps)."""
+    for seqs, plain_steps in ((1, 32), (8, 4)):
+        gate = _warm(SpeedGate(), seqs)
+        gate.observe(False, 1.0, 1.0, seqs)
+        while gate.losses == 0:
+            gate.observe(True, 1.5, 2.0, seqs)  # 0.75x of plain
+        assert [gate.speculate(seqs) for _ in range(plain_steps + 1)] == [False] * plain_steps + [True], seqs
