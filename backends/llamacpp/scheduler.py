@@ -413,8 +413,9 @@ class Scheduler:
             self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called,
                                          [_seq_of(job) for job, _ in plan])  # fmt: skip
             self.counts["decode_steps"] += 1
-            self.counts["verify_tokens"] += sum(len(tokens) for _, tokens in plan)
-            self.counts["filler_tokens"] += sum(len(tokens) for _, tokens in plan[:1]) * len(filled)
+            verified = sum(len(tokens) for _, tokens in plan)
+            self.counts["verify_tokens"] += verified
+            self.counts["filler_tokens"] += self.lane.batch.n - verified
             before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
@@ -447,11 +448,13 @@ class Scheduler:
             plan.append((job, [*job.redo, job.pending, *draft.tokens]))
             job.redo = []
         filled = self._fillers(plan)
-        gaps = {slot.seq: slot for slot in filled}
+        gaps = {slot.seq: slot for slot in filled}  # every id between the jobs' when any (``fillers``)
+        previous = None
         for (job, tokens), draft in zip(plan, drafts, strict=True):
-            for seq in sorted(gaps):  # in the order of the ids, before the job after them
-                if seq < _seq_of(job):
-                    batch.add(tokens, len(gaps.pop(seq).tokens), seq, logits_last=False)
+            if gaps and previous is not None:  # in the order of the ids: the fillers before this job's sequence
+                for seq in range(previous + 1, _seq_of(job)):
+                    batch.add(tokens, len(gaps[seq].tokens), seq, logits_last=False)
+            previous = _seq_of(job)
             last = batch.add(tokens, job.n_past, _seq_of(job), logits_last=True)
             batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
             rows.append(last - len(draft.tokens))
