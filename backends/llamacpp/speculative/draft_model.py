@@ -22,6 +22,11 @@ __all__ = ["DraftModel"]
 POSITION_ALPHA = 0.2
 """Weight of each timed call in a size class's seconds per drafted position."""
 
+MIN_SHARED = 32
+"""Prompt tokens another sequence must hold beyond what a sequence holds itself for the sequence to take its
+stream instead of computing them (a stream copy costs a few milliseconds, about what SmolLM2 takes for as many
+tokens)."""
+
 
 class DraftModel(DrafterBase):
     """A smaller GGUF with the target's vocabulary, drafting greedily (a deterministic draft, verified by
@@ -52,6 +57,8 @@ class DraftModel(DrafterBase):
         """Tokens decoded so far (prompts, confirmed tokens and drafts), for benches and tests."""
         self.calls = 0
         """Decode calls so far, for benches and tests."""
+        self.shared = 0
+        """Prompt tokens taken from other sequences' streams instead of computed (``_share``)."""
 
     def draft_seconds(self, seqs: int) -> float:
         """Seconds of one drafted position over ``seqs`` sequences, as measured (their size class's, else the
@@ -179,7 +186,8 @@ class DraftModel(DrafterBase):
         """Make ``seq`` hold ``tokens`` but the last, computing only what it does not hold yet (in calls of a
         batch's capacity, without logits); return the last token, which the next call computes with logits (None
         where llama.cpp refused a call)."""
-        held = self._held.setdefault(seq, [])
+        self._share(seq, tokens)
+        held = self._held[seq]
         todo = self._unheld(seq, tokens)[:-1]
         for start in range(0, len(todo), self.batch.capacity):
             part = todo[start : start + self.batch.capacity]
@@ -189,6 +197,25 @@ class DraftModel(DrafterBase):
                 return None
             held.extend(part)
         return int(tokens[-1])
+
+    def _share(self, seq: int, tokens: Sequence[int]) -> None:
+        """Where another sequence holds at least ``MIN_SHARED`` more of the start of ``tokens`` (but the last) than
+        ``seq`` does, ``seq`` takes that sequence's stream and keeps the shared part: llama.cpp copies the whole
+        stream at the next decode call, before that call writes anything, so the copy is what the other
+        sequence holds now. Not on recurrent memory, whose state is at a sequence's last position only."""
+        held = self._held.setdefault(seq, [])
+        if self.recurrent or not tokens:
+            return
+        own, limit = common_prefix(held, tokens), len(tokens) - 1
+        shared, donor = max(((min(common_prefix(h, tokens), limit), s) for s, h in self._held.items() if s != seq),
+                            default=(0, seq))  # fmt: skip
+        if shared - own < MIN_SHARED:
+            return
+        self.ctx.seq_cp(donor, seq, -1, -1)
+        self._held[seq] = list(self._held[donor])
+        self._checkpoints.pop(seq, None)
+        self._rewind(seq, self._held[seq], shared)
+        self.shared += shared - own
 
     def _decode(self) -> bool:
         """Decode the batch; True where llama.cpp refused it (no room: the draft stops there)."""

@@ -299,6 +299,30 @@ def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf
         together.close()
 
 
+def test_a_draft_model_takes_a_shared_prompt_from_another_sequence(smollm2_gguf: Path) -> None:
+    """Two jobs over one excerpt: the second prompt's shared start is copied from the first sequence's stream, not
+    computed again (``DraftModel._share``), and its drafts are what a draft model that computed it all gives."""
+    from minions.backends.llamacpp.speculative import DraftModel
+
+    excerpt = [1, *([504, 3058, 282, 260, 2365, 30, 1206, 314, 253, 1363, 28] * 6)]
+    first, second = [*excerpt, 7421, 30, 216], [*excerpt, 2365, 28, 253, 216]
+    fresh = DraftModel(smollm2_gguf, n_seqs=2, seq_ctx=256, n_threads=2)
+    shared = DraftModel(smollm2_gguf, n_seqs=2, seq_ctx=256, n_threads=2)
+    try:
+        expected = fresh.propose(1, second, 6)
+        shared.prefill(0, first)
+        computed = shared.computed
+        shared.prefill(1, second)
+        assert shared.shared == len(excerpt)
+        assert shared.computed - computed == len(second) - 1 - len(excerpt)  # the question, less its last token
+        assert shared.propose_many([(0, first, 3), (1, second, 6)])[1] == expected
+        shared.prefill(1, second[:10])  # a short prompt shares too little to copy: it keeps its own stream
+        assert shared.shared == len(excerpt)
+    finally:
+        fresh.close()
+        shared.close()
+
+
 def test_a_draft_model_drafts_what_the_jobs_grammar_allows(smollm2_gguf: Path) -> None:
     """A job with a JSON schema emits only what its grammar allows, so a draft model drafts under a copy of the
     job's parse state (``Drafter.constrained``): after the assistant header, where SmolLM2 alone writes prose, the
