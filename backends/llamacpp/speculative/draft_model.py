@@ -204,16 +204,15 @@ class DraftModel(DrafterBase):
         stream at the next decode call, before that call writes anything, so the copy is what the other
         sequence holds now. Not on recurrent memory, whose state is at a sequence's last position only."""
         held = self._held.setdefault(seq, [])
-        if self.recurrent or not tokens:
-            return
         own, limit = common_prefix(held, tokens), len(tokens) - 1
+        if self.recurrent or limit - own < MIN_SHARED:  # holding its prompt (every draft step), it looks no further
+            return
         shared, donor = max(((min(common_prefix(h, tokens), limit), s) for s, h in self._held.items() if s != seq),
                             default=(0, seq))  # fmt: skip
         if shared - own < MIN_SHARED:
             return
         self.ctx.seq_cp(donor, seq, -1, -1)
         self._held[seq] = list(self._held[donor])
-        self._checkpoints.pop(seq, None)
         self._rewind(seq, self._held[seq], shared)
         self.shared += shared - own
 
