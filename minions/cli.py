@@ -216,6 +216,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
         "max_tokens",
         "n_threads",
         "k_max",
+        "depth",
         "repeats",
         "background_load",
         "noise",
@@ -264,6 +265,9 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
     )
     spec.add_argument("--n-threads", type=int, help="CPU threads (default: all cores)")
     spec.add_argument("--k-max", type=int, help=f"longest draft (default {d.k_max})")
+    spec.add_argument(
+        "--depth", type=int, help="draft this many tokens at every speculative step, speed gate off (default: adaptive)"
+    )
     spec.add_argument("--repeats", type=int, help=f"plain/speculative pairs per setting (default {d.repeats})")
     spec.add_argument(
         "--background-load", type=int, help="busy processes, one core each, kept running while it measures (default 0)"

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from minions.errors import ConfigError
+
 from .depth import AcceptanceTracker, CallCost, CostCurve, CostTable, choose_depths, expected_tokens
 from .drafters import Constraint, ContextLookup, Drafter, TraceCache, schema_key
 
@@ -160,6 +162,8 @@ class Speculator:
         depth: int | None = None,
         recurrent: bool = False,
     ) -> None:
+        if k_max < 1 or (depth is not None and depth < 1):
+            raise ConfigError(f"Drafts need at least one token: k_max {k_max}, depth {depth} (depth None: adaptive).")
         self.drafters = list(drafters)
         self._costly = {d.name for d in self.drafters if d.costly}
         self.recurrent = recurrent
@@ -210,7 +214,8 @@ class Speculator:
         ``carried``: the tokens each sequence's call holds without a draft (1, its pending token, unless it
         computes confirmed ones again after a rollback)."""
         offers: list[dict[str, list[int]]] = [{} for _ in jobs]
-        rooms = [min(room, self.k_max) for _, _, room in jobs]
+        longest = self.k_max if self.depth is None else min(self.k_max, self.depth)  # nothing drafted to be cut
+        rooms = [min(room, longest) for _, _, room in jobs]
         self.paid = False
         for drafter in sorted(self.drafters, key=lambda d: d.costly):  # lookups first: a plan counts their offers
             lengths = self._planned(drafter, jobs, rooms, offers, carried) if drafter.costly else rooms

@@ -82,6 +82,9 @@ class SpecBenchConfig:
     n_threads: int | None = None
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = K_MAX
+    depth: int | None = None
+    """A fixed draft length for every speculative step (``EngineConfig.draft_depth``), the speed gate off: what
+    drafts of that length gain where the adaptive choice would pick others; None: adaptive."""
     repeats: int = 3
     """Pairs of plain and speculative runs per setting (plain first, then speculative first, and so on); the
     line reports the median pair (by speedup)."""
@@ -175,7 +178,7 @@ def speculative_bench(
     model = c.model or default_local_model()
     sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
     cfg = EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max, learn_drafts=False,
-                       draft_model=c.draft)  # fmt: skip
+                       draft_model=c.draft, draft_depth=c.depth)  # fmt: skip
     engines: list[Engine] = []
     spinners: list[subprocess.Popen[bytes]] = []
     lines = []
@@ -232,6 +235,7 @@ def speculative_bench(
                     **_compare(engine, plain, spec, c.tie_eps),
                     "jobs": len(jobs),
                     "generated_tokens": b["decode_tokens"],
+                    "fixed_depth": c.depth,
                     "mean_depth": _mean(b["depths"]),
                     "depths": b["depths"],
                     "cost_ratios": {n: round(curve(n) / curve(batch), 3) for n in (2 * batch, 4 * batch, 9 * batch)},

@@ -26,6 +26,7 @@ from minions.backends.speculation import (
 )
 from minions.backends.speculation.depth import fillers
 from minions.backends.speculation.speculator import PROBE_EVERY, PROBE_TOKENS
+from minions.errors import ConfigError
 
 from .chi_square import chi_square, chi_square_critical
 
@@ -463,6 +464,19 @@ def test_a_costly_drafter_is_asked_for_the_drafts_that_pay_for_its_time() -> Non
     drafts = spec.propose(jobs)
     assert rival.asked == [[(1, 8)]]  # sequence 0's lookup offer is worth more than the model's
     assert drafts[0].drafter == "lookup" and drafts[1].drafter == "model"
+
+
+def test_a_fixed_depth_asks_a_draft_model_for_that_many_tokens() -> None:
+    """With a fixed depth the draft model drafts that many tokens, not ``k_max`` of which the rest would be cut
+    (each is a call over every sequence); a depth or ``k_max`` under 1 is refused."""
+    model = CostlyDrafter(0.0)
+    spec = Speculator([model], lambda: CostCurve.linear(0.5), k_max=8, depth=3)
+    drafts = spec.propose([(0, [1, 2, 3], 8), (1, [4, 5, 6], 2)])
+    assert model.asked == [[(0, 3), (1, 2)]]
+    assert [len(d.tokens) for d in drafts] == [3, 2]
+    for bad in ({"depth": 0}, {"k_max": 0}):
+        with pytest.raises(ConfigError, match="at least one token"):
+            Speculator([model], lambda: CostCurve.linear(0.5), **bad)
 
 
 def test_only_a_draft_models_estimate_gains_from_its_uncertainty() -> None:
