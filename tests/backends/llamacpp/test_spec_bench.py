@@ -126,3 +126,20 @@ def test_the_bench_runs_pairs_under_a_background_load_and_stops_it(
     assert len(line["plain_vs_plain"]) == 2 and line["noise_median"] in line["plain_vs_plain"]
     assert line["jobs"] == 2 and line["identical_outputs"] + line["near_ties"] + line["mismatches"] == 2
     assert line["memory"] != "attention" and line["rollback_s"] > 0  # the hybrid's rollback cost is printed
+
+
+@pytest.mark.slow
+def test_a_fixed_depth_drafts_no_longer_and_is_never_gated(tiny_models: dict[str, Path], benchmark_data: Path) -> None:
+    """``depth``: every step may draft that many tokens, and the speed gate makes none plain (adaptive, this run
+    makes its steps plain)."""
+    pdf = benchmark_data / "financebench" / "pdfs" / "3M_2018_10K.pdf"
+    if not pdf.is_file():
+        pytest.skip(f"no FinanceBench filing at {pdf}")
+    config = SpecBenchConfig(model=str(tiny_models["lfm2"]), chunks=1, chunk_tokens=200, jobs_per_chunk=2,
+                             max_tokens=24, batches=(2,), settings=("freeform",), repeats=1, n_threads=1,
+                             depth=2)  # fmt: skip
+    (line,) = speculative_bench(pdf.parent.parent, config)
+
+    assert line["fixed_depth"] == 2
+    assert line["depths"] and max(int(k) for k in line["depths"]) <= 2
+    assert line["gate"]["gated_plain_steps"] == 0 and line["mismatches"] == 0
