@@ -99,13 +99,19 @@ def test_a_busy_process_stops_when_the_bench_is_killed() -> None:
     assert not _running(pid)
 
 
+def _filing(benchmark_data: Path) -> Path:
+    """The bench's default filing, or a skip where the benchmark data is not there."""
+    pdf = benchmark_data / "financebench" / "pdfs" / "3M_2018_10K.pdf"
+    if not pdf.is_file():
+        pytest.skip(f"no FinanceBench filing at {pdf}")
+    return pdf
+
+
 @pytest.mark.slow
 def test_the_bench_runs_pairs_under_a_background_load_and_stops_it(
     tiny_models: dict[str, Path], benchmark_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pdf = benchmark_data / "financebench" / "pdfs" / "3M_2018_10K.pdf"
-    if not pdf.is_file():
-        pytest.skip(f"no FinanceBench filing at {pdf}")
+    pdf = _filing(benchmark_data)
     spinners: list[subprocess.Popen[bytes]] = []
     spin = bench._spin
 
@@ -132,9 +138,7 @@ def test_the_bench_runs_pairs_under_a_background_load_and_stops_it(
 def test_a_fixed_depth_drafts_no_longer_and_is_never_gated(tiny_models: dict[str, Path], benchmark_data: Path) -> None:
     """``depth``: every step may draft that many tokens, and the speed gate makes none plain (adaptive, this run
     makes its steps plain)."""
-    pdf = benchmark_data / "financebench" / "pdfs" / "3M_2018_10K.pdf"
-    if not pdf.is_file():
-        pytest.skip(f"no FinanceBench filing at {pdf}")
+    pdf = _filing(benchmark_data)
     config = SpecBenchConfig(model=str(tiny_models["lfm2"]), chunks=1, chunk_tokens=200, jobs_per_chunk=2,
                              max_tokens=24, batches=(2,), settings=("freeform",), repeats=1, n_threads=1,
                              depth=2)  # fmt: skip
