@@ -48,7 +48,7 @@ def add_library_option(parser: argparse.ArgumentParser, what: str, *, optional_v
 
 def open_library(args: argparse.Namespace, **options: Any) -> Any:
     from minions.paths import library_dir
-    from minions.protocols.library import Library
+    from minions.protocols.search.library import Library
 
     return Library(args.library or library_dir(), **options)
 
@@ -154,8 +154,8 @@ def library_usage() -> dict[str, Any] | None:
     """The default library's disk, in all and per document (its share of the index, by characters); None when
     there is none."""
     from minions.paths import library_dir
-    from minions.protocols.library import INDEX_FILE
-    from minions.protocols.textindex import SqliteIndex
+    from minions.protocols.search.index import SqliteIndex
+    from minions.protocols.search.library import INDEX_FILE
 
     path = library_dir() / INDEX_FILE
     if not path.exists():

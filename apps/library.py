@@ -7,9 +7,9 @@ Nothing the browser sends is trusted as a path or run as code:
 - a folder is a path on this machine that the user typed; only supported files inside it are read, symlinks
   are resolved and anything that resolves outside the folder is skipped.
 
-Every document added is also put in the library's text index (``protocols.textindex``, ``index.sqlite`` in the
+Every document added is also put in the library's text index (``protocols.search.index``, ``index.sqlite`` in the
 library folder): a question is routed to the documents it names and ranked there by words
-(``protocols.library.search_library``), so it reads only those, however many documents the library holds.
+(``protocols.search.library.search_library``), so it reads only those, however many documents the library holds.
 
 Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
 a folder is added, ``progress`` says which file it is at.
@@ -32,11 +32,11 @@ from typing import Any
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
 from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
-from minions.protocols.library import LibrarySearch, search_library, sha256_file
 from minions.protocols.options import RunOptions
-from minions.protocols.ranking import Ranking
-from minions.protocols.routing import profile
-from minions.protocols.textindex import SqliteIndex
+from minions.protocols.search.index import SqliteIndex
+from minions.protocols.search.library import LibrarySearch, search_library, sha256_file
+from minions.protocols.search.ranking import Ranking
+from minions.protocols.search.routing import profile
 
 from .store import DocumentRecord, Store
 

@@ -1,5 +1,5 @@
 """Reading the library ahead of questions: after an upload, the local model computes each chunk's prefix and saves
-it (``protocols.indexing``), so questions later compute only themselves. The browser shows "reading... 40%",
+it (``protocols.search.warming``), so questions later compute only themselves. The browser shows "reading... 40%",
 then "ready".
 
 One worker thread reads the documents one after another, a few chunks per call to the model, so a question asked
@@ -19,8 +19,8 @@ from typing import Any
 from minions.backends.base import Backend
 from minions.documents import Document
 from minions.errors import MinionsError
-from minions.protocols.indexing import IndexProgress, PrefixSaver, index_documents
 from minions.protocols.options import RunOptions
+from minions.protocols.search.warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = ["READ_STEP", "Reader", "ReadingStatus"]
 

@@ -4,7 +4,7 @@ For every question whose filing is in the checkout, with the question as the onl
 model, one JSON line per item and a summary line with the recall curves (@1, @5, @10, @20) of:
 
 - ``pages_bm25``: BM25 over the filing's pages (the baseline: plain BM25, one passage per page);
-- ``rag``: the chunks the RAG baseline would send, in its order (``protocols.ranking.lexical_rank``);
+- ``rag``: the chunks the RAG baseline would send, in its order (``protocols.search.ranking.lexical_rank``);
 - ``ranking``: the local side's ranking of the chunks (the RAG baseline's, by words);
 - ``shown``: what the local side passes on, best first (each read chunk's quote, else the chunk): what a remote
   model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
@@ -17,8 +17,8 @@ words alone, what the pick would be without the model).
 
 Timings split ranking (by words), the local model's prefill and decode, and the document's load.
 
-With ``library`` (``--library``), every filing of the checkout goes into one library (``protocols.library``: built
-in ``library_dir``, or a temporary folder; an index already there is reused and only what changed is read) and
+With ``library`` (``--library``), every filing of the checkout goes into one library (``protocols.search.library``:
+built in ``library_dir``, or a temporary folder; an index already there is reused and only what changed is read) and
 each question is asked of all of them, FinanceBench's shared-store setting: the lines add ``library`` (the curve
 of the library's ranking: routing to the documents the question names, then their chunks by words), the routed
 documents, ``rank_ms``, and with a model ``library_shown`` (what the local side passes on). The summary carries
@@ -36,7 +36,7 @@ With ``dataset`` (``--dataset``) another benchmark whose items have gold evidenc
 over papers, evidence placed as spans; ``qasper``): its documents have no pages, so no ``pages_bm25``, and no
 library.
 
-With ``meaning`` (``--meaning``), a meaning signal beside words (``protocols.meaning``: ``wordllama``'s static
+With ``meaning`` (``--meaning``), a meaning signal beside words (``protocols.search.meaning``: ``wordllama``'s static
 embeddings): the lines add ``meaning``, the filing's chunks by meaning alone, and ``fused``, its best
 ``MEANING_DEPTH`` chunks by words re-ordered by reciprocal rank fusion with their order by meaning, one curve per
 weight of ``meaning_weights`` (keyed by the weight); with ``library``, ``library_meaning`` and ``library_fused``
@@ -61,13 +61,13 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
 from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
-from minions.protocols.library import Library, search_library
-from minions.protocols.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
-from minions.protocols.quotes import answer_spans, candidates
-from minions.protocols.ranking import Ranked, lexical_rank
-from minions.protocols.reading import BY_WORDS, chunk_evidence
+from minions.protocols.evidence.quotes import answer_spans, candidates
+from minions.protocols.evidence.reading import BY_WORDS, chunk_evidence
 from minions.protocols.result import Evidence, JobRecord, RunResult
-from minions.protocols.retrieval import BM25
+from minions.protocols.search.bm25 import BM25
+from minions.protocols.search.library import Library, search_library
+from minions.protocols.search.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
+from minions.protocols.search.ranking import Ranked, lexical_rank
 
 from .cli import dataset_path
 from .datasets import load_dataset

@@ -29,7 +29,7 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.errors import BackendError
 from minions.protocols import BaseProtocol, RunResult, get_protocol
-from minions.protocols.library import Library
+from minions.protocols.search.library import Library
 
 from .errors import EvalError
 from .evidence import evidence_scores
@@ -118,7 +118,7 @@ def run_item(
     library: Library | None = None,
 ) -> dict[str, Any]:
     """Run one item and return its results line (never raises for the item's own failures). With ``library``,
-    the item is asked of every document in it (its search routes and ranks: ``protocols.library``), not of its
+    the item is asked of every document in it (its search routes and ranks: ``protocols.search.library``), not of its
     own documents.
 
     Timings: ``load_s`` reads the documents (a filing's first PDF extraction; with a library, its search),

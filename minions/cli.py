@@ -229,7 +229,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
     if args.settings:
         config = replace(config, settings=tuple(args.settings))
     if "written" in config.settings:
-        from minions.protocols.written import excerpt_messages
+        from minions.protocols.evidence.written import excerpt_messages
 
         config = replace(config, prompts=(("written", excerpt_messages),))
     if args.target:
@@ -481,9 +481,9 @@ def _print_lines(lines: Iterable[Mapping[str, Any]]) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from minions.protocols.evidence.written import WRITE_FROM_PARAMETERS
     from minions.protocols.factory import PROTOCOLS
     from minions.protocols.options import AnswerMode, RunOptions
-    from minions.protocols.written import WRITE_FROM_PARAMETERS
 
     parser = argparse.ArgumentParser(prog="minions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")

@@ -102,7 +102,7 @@ class Notice(Event):
 @dataclass(frozen=True)
 class AnswerToken(Event):
     """A piece of an answer the local model is writing, as it comes; the final answer may still replace it (a
-    written answer that states what its quotes do not: ``protocols.written``)."""
+    written answer that states what its quotes do not: ``protocols.evidence.written``)."""
 
     kind: ClassVar[str] = "answer_token"
     text: str

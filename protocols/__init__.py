@@ -10,15 +10,14 @@ Every protocol has the same ``run(task, documents) -> RunResult``; every remote 
 from .base import BaseProtocol
 from .baselines import RAG, LocalOnly, RemoteOnly
 from .channel import LocalEgress, Meter, RemoteChannel, remote_leaves_device
-from .choice import default_protocol, missing_remote, needs_remote
 from .factory import PROTOCOLS, get_protocol
 from .minion import Minion
 from .minions_protocol import Minions
-from .options import AnswerMode, Budget, InputError, RunOptions
+from .options import AnswerMode, Budget, InputError, RunOptions, default_protocol, missing_remote, needs_remote
 from .redact import Redactor
 from .result import Citation, EgressLog, EgressRecord, Evidence, JobRecord, RoundRecord, RunResult
-from .retrieval import BM25
 from .schemas import Answer, Decision, JobOutput, JobSpec, MinionTurn, Plan
+from .search.bm25 import BM25
 
 __all__ = [
     "BM25",

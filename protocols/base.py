@@ -5,33 +5,84 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.chunking import Chunk
-from minions.documents import Document
-from minions.errors import BackendError, BudgetExceededError, ConfigError
+from minions.documents import Document, load_document
+from minions.errors import BackendError, BudgetExceededError, ConfigError, DocumentNotFoundError, EmptyDocumentError
 from minions.events import CancelToken, EventSink, FinalAnswer, emit
 from minions.unicode import replaced_note, valid_text
 
-from .aggregate import locate, verify_citation
 from .channel import Meter, RemoteChannel
-from .choice import missing_remote, needs_remote
 from .context import RunCancelled, RunContext, remote_only_estimate
-from .inputs import DocumentsLike, as_documents, check_task
-from .options import RunOptions
-from .ranking import Ranking
+from .evidence.citations import locate, verify_citation
+from .options import InputError, RunOptions, missing_remote, needs_remote
 from .redact import Redactor
 from .result import Citation, EgressLog, RunResult
+from .search.ranking import Ranking
 
-__all__ = ["BaseProtocol", "describe_documents", "fit_to_tokens", "to_json", "verified_citations"]
+__all__ = [
+    "BaseProtocol",
+    "DocumentsLike",
+    "as_documents",
+    "check_task",
+    "describe_documents",
+    "fit_to_tokens",
+    "to_json",
+    "verified_citations",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_LISTED = 30
 """Longest list (of section titles, pages, ...) a document description shows the remote model."""
+
+
+# What a caller passes to ``run``, checked and normalised: a task and documents.
+
+DocumentLike = Document | str | os.PathLike[str]
+DocumentsLike = DocumentLike | Sequence[DocumentLike]
+
+
+def check_task(task: str) -> str:
+    if not isinstance(task, str) or not task.strip():
+        raise InputError("The task is empty: say what you want to know about the documents.")
+    return task.strip()
+
+
+def _one(item: DocumentLike) -> Document:
+    if isinstance(item, Document):
+        doc = item
+    elif isinstance(item, str) and not Path(item).exists():
+        raise DocumentNotFoundError(
+            f"No file named {item[:60]!r}: pass a path, a Document, or Document.from_text(text, name=...) "
+            "to use a string of text.",
+            path=item[:200],
+        )
+    elif isinstance(item, str | os.PathLike):
+        doc = load_document(item)
+    else:
+        raise InputError(f"Cannot use {type(item).__name__} as a document: pass a Document or a path.")
+    if not doc.text.strip():
+        raise EmptyDocumentError(f"Document {doc.name!r} has no text to read.", path=str(doc.path or doc.name))
+    return doc
+
+
+def as_documents(documents: DocumentsLike) -> list[Document]:
+    """Documents from Documents and paths (one or many); names are made unique so citations stay clear."""
+    items = [documents] if isinstance(documents, Document | str | os.PathLike) else list(documents)
+    if not items:
+        raise InputError("No documents: pass at least one Document or path.")
+    docs = [_one(item) for item in items]
+    names = [d.name for d in docs]
+    if len(set(names)) != len(names):
+        raise InputError(f"Two documents share a name ({', '.join(sorted(names))}): give each a unique name.")
+    return docs
 
 
 class BaseProtocol:

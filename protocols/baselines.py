@@ -15,15 +15,15 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
 from minions.types import Message
 
-from .aggregate import Finding, aggregate, locate, verify_citation
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
+from .evidence.citations import Finding, aggregate, locate, verify_citation
+from .evidence.reading import chunk_evidence, evidence, read
+from .evidence.written import written_answer
 from .prompts import render
-from .ranking import lexical_rank, word_order
-from .reading import chunk_evidence, evidence, read
 from .result import Citation, Evidence
 from .schemas import Answer
-from .written import written_answer
+from .search.ranking import lexical_rank, word_order
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
 
@@ -114,10 +114,10 @@ def _cite(quotes: Sequence[str], chunks: Sequence[Chunk], ctx: RunContext) -> li
 class LocalOnly(BaseProtocol):
     """Nothing leaves the device (unless the local model is on another machine: then its prompts are recorded as
     egress). The local model reads the chunks that rank best for the task, picks in each the sentence that answers
-    it (``protocols.reading``), and the answer is the best-ranked quote with its place; when no chunk has one, the
-    answer says so instead of inventing one. A capable local model (``answer="write"``, the default from 1B
+    it (``protocols.evidence.reading``), and the answer is the best-ranked quote with its place; when no chunk has one,
+    the answer says so instead of inventing one. A capable local model (``answer="write"``, the default from 1B
     parameters) writes the answer from those quotes instead, citing them; what it writes stands only where its
-    quotes state every figure and name in it (``protocols.written``)."""
+    quotes state every figure and name in it (``protocols.evidence.written``)."""
 
     name: ClassVar[str] = "local"
 
@@ -143,7 +143,7 @@ class LocalOnly(BaseProtocol):
 
 def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
     """``findings`` (in their chunks' rank order) re-ordered by how well their quotes alone match ``question``
-    (``ranking.word_order`` over the quotes; ties keep the chunks' order): the answer is a sentence, and a
+    (``search.ranking.word_order`` over the quotes; ties keep the chunks' order): the answer is a sentence, and a
     sentence that holds the question's terms beats one from a chunk that holds them elsewhere."""
     texts = [f.citation.text if f.citation is not None else "" for f in findings]
     return [findings[i] for i, _ in word_order(texts, question)]

@@ -25,9 +25,9 @@ from minions.errors import ConfigError
 from minions.paths import benchmark_data
 from minions.types import ChatRequest, SamplingParams
 
-from .jobs import Job, job_request
+from .evidence.jobs import Job, job_request
+from .evidence.quotes import quote_schema
 from .minions_protocol import Minions
-from .quotes import quote_schema
 
 __all__ = ["BENCH_OPTIONS", "cost_bench", "financebench_items", "production_jobs"]
 

@@ -18,8 +18,8 @@ from minions.types import Usage
 
 from .channel import LocalEgress, Meter, RemoteChannel
 from .options import RunOptions
-from .ranking import Ranking
 from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
+from .search.ranking import Ranking
 
 __all__ = ["RunCancelled", "RunContext", "remote_only_estimate"]
 
@@ -46,9 +46,9 @@ class RunContext:
     citations: list[Citation] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
     reading: dict[str, Any] = field(default_factory=dict)
-    """What the local model read: chunks, scored, read, skipped, why (``protocols.reading``)."""
+    """What the local model read: chunks, scored, read, skipped, why (``protocols.evidence.reading``)."""
     ranking: Ranking | None = None
-    """The chunks ranked ahead of the run, by a library's index (``protocols.library``); None: the run ranks the
+    """The chunks ranked ahead of the run, by a library's index (``protocols.search.library``); None: the run ranks the
     documents' chunks itself."""
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -1,15 +1,15 @@
 """``minions bench fleet``: the same local jobs on one server, then on the whole fleet; throughput ratio.
 
-The jobs are the ones the local side runs in production (``protocols.jobs.job_messages``: a chunk of the
+The jobs are the ones the local side runs in production (``protocols.evidence.jobs.job_messages``: a chunk of the
 document, an instruction, the quote asked for), over chunks of ``document``, greedy, ``max_tokens`` each. Each
 pair runs the jobs on the fleet's first server alone and on every server (in alternating order, after one
 warm-up batch on each server), and the summary gives the median ratio of jobs per second with the load average
 around the runs: on a shared machine the servers compete with everything else for the same cores.
 
 ``cold_warm`` (``--cold-warm``) times instead the scored jobs the local side runs where the model reports
-log-probabilities (``protocols.jobs.scored_request``) on the embedded engine, on the fleet's first server alone and
-on the whole fleet: a question over ``jobs`` chunks that setting has not read (cold), then another question over
-the same chunks (warm: the chunk comes first in the prompt, so an engine or server that keeps it computes only the
+log-probabilities (``protocols.evidence.jobs.scored_request``) on the embedded engine, on the fleet's first server
+alone and on the whole fleet: a question over ``jobs`` chunks that setting has not read (cold), then another question
+over the same chunks (warm: the chunk comes first in the prompt, so an engine or server that keeps it computes only the
 question). The document's chunks are cut into one slice per setting and the settings take the slices in turn,
 one round each, so over three rounds every setting runs the same jobs; the summary gives each setting's seconds
 cold and warm over all rounds, warm over cold, and each over the embedded engine's. The embedded engine keeps its
@@ -37,7 +37,7 @@ from minions.documents import load_document
 from minions.errors import ConfigError
 from minions.types import ChatRequest, SamplingParams
 
-from .jobs import job_messages, scored_request
+from .evidence.jobs import job_messages, scored_request
 
 __all__ = ["FleetBenchConfig", "fleet_bench"]
 

@@ -14,7 +14,7 @@ from minions.types import ChatResult, Message, SamplingParams
 from .base import BaseProtocol, describe_documents, fit_to_tokens, verified_citations
 from .channel import priced
 from .context import RunContext
-from .jobs import looping
+from .evidence.jobs import looping
 from .parsing import extract_json
 from .prompts import render
 from .result import JobRecord, RoundRecord

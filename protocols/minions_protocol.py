@@ -20,12 +20,12 @@ from minions.errors import ModelOutputError
 from minions.events import PlanReady, RoundDone, emit
 from minions.types import Message
 
-from .aggregate import Finding, aggregate, best_answer, digest
 from .base import BaseProtocol, describe_documents, to_json
 from .context import RunCancelled, RunContext
-from .jobs import Job, run_jobs
+from .evidence.citations import Finding, aggregate, best_answer, digest
+from .evidence.jobs import Job, run_jobs
+from .evidence.reading import finding_evidence
 from .prompts import render
-from .reading import finding_evidence
 from .result import Citation, JobRecord, RoundRecord
 from .schemas import MAX_INSTRUCTION_CHARS, Decision, JobSpec, Plan
 from .scope import bound_jobs, check_plan, chunks_in_scope

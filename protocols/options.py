@@ -9,7 +9,16 @@ from minions.chunking import DEFAULT_CHUNK_SIZE, ChunkBy
 from minions.cost import PriceTable, default_price_table
 from minions.errors import ConfigError
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "AnswerMode", "Budget", "InputError", "RunOptions"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "AnswerMode",
+    "Budget",
+    "InputError",
+    "RunOptions",
+    "default_protocol",
+    "missing_remote",
+    "needs_remote",
+]
 
 AnswerMode = Literal["auto", "write", "quote"]
 
@@ -72,8 +81,8 @@ class RunOptions:
     one through a JSON schema whose alternatives are the sentences."""
     answer: AnswerMode = "auto"
     """Local reading: "write", the local model writes a short answer from the quotes it picked, citing them (kept
-    only where every figure and name in it is in the quotes it cites: ``protocols.written``); "quote", the answer
-    is the best quote with its place; "auto", "write" for a model of ``WRITE_FROM_PARAMETERS`` or more."""
+    only where every figure and name in it is in the quotes it cites: ``protocols.evidence.written``); "quote", the
+    answer is the best quote with its place; "auto", "write" for a model of ``WRITE_FROM_PARAMETERS`` or more."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""
@@ -120,3 +129,37 @@ class RunOptions:
         if unknown:
             raise InputError(f"Unknown option(s) {', '.join(unknown)}: use {', '.join(sorted(known))}.")
         return cls(**options)
+
+
+# Which protocol runs when none is named, and which cannot run without a remote model: one rule for the SDK,
+# the CLI, the app and the server.
+#
+# Every protocol but ``local`` has the remote model plan, decide or answer. A small local model cast in that part
+# fails (its plans do not validate) or writes junk after minutes of work, so those protocols refuse to start
+# without a remote model, and with none configured the default is ``local``: the local model reads the chunks
+# that rank best on this device and answers with the sentence that holds the fact.
+
+LOCAL_ONLY = "local"
+"""The one protocol that runs on the local model alone."""
+WITH_REMOTE = "minions"
+NEEDS_REMOTE = "needs a remote model"
+ANY_HOW = "give one (remote= in code; --remote or MINIONS_REMOTE on the command line), or use the local protocol"
+
+
+def default_protocol(has_remote: bool) -> str:
+    """``minions`` when a remote model is configured, ``local`` when none is."""
+    return WITH_REMOTE if has_remote else LOCAL_ONLY
+
+
+def needs_remote(protocol: str) -> bool:
+    """Whether ``protocol`` has the remote model play a part (every one but ``local``)."""
+    return protocol.strip().lower() != LOCAL_ONLY
+
+
+def missing_remote(protocol: str | None, how: str = ANY_HOW) -> str:
+    """One line saying that ``protocol`` needs a remote model, then ``how`` to give it one.
+
+    With no protocol named, the line starts with "needs a remote model" (the reason beside a disabled choice).
+    """
+    reason = f"{NEEDS_REMOTE}: {how}"
+    return reason if protocol is None else f"The {protocol} protocol {reason}."

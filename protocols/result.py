@@ -216,7 +216,8 @@ class RunResult:
     chunks; remote: the documents as sent), or for ``local`` what its answer step read; ranked, best first."""
     reading: Mapping[str, Any] = field(default_factory=dict)
     """How many chunks the local model scored, read and skipped, and why (empty where it read none); for ``local``,
-    under ``"answer"``, whether the local model wrote the answer and whether it stood (``protocols.written``)."""
+    under ``"answer"``, whether the local model wrote the answer and whether it stood
+    (``protocols.evidence.written``)."""
 
     @property
     def total_usage(self) -> Usage:

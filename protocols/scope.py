@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from minions.chunking import Chunk
 from minions.documents import Document
 
-from .ranking import lexical_rank
 from .schemas import JobSpec, Plan
+from .search.ranking import lexical_rank
 
 __all__ = ["ScopedJob", "bound_jobs", "check_plan", "chunks_in_scope"]
 
@@ -92,7 +92,7 @@ def chunks_in_scope(
 
 
 def retrieve(chunks: Sequence[Chunk], query: str, k: int) -> list[Chunk]:
-    """The ``k`` chunks that rank best for ``query`` (``protocols.ranking.lexical_rank``), best first."""
+    """The ``k`` chunks that rank best for ``query`` (``protocols.search.ranking.lexical_rank``), best first."""
     return [r.chunk for r in lexical_rank(chunks, query)[:k]]
 
 

@@ -107,7 +107,7 @@ decode -> done."""
 @dataclass(eq=False)
 class EngineSequence:
     """One job of a run as the engine holds it: its prompt, its llama.cpp sequence (``slot``) and what it emitted.
-    (A protocol's job is ``minions.protocols.jobs.Job``; this is the engine's.)"""
+    (A protocol's job is ``minions.protocols.evidence.jobs.Job``; this is the engine's.)"""
 
     index: int
     prompt: list[int]

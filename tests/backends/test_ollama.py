@@ -309,7 +309,7 @@ def test_real_ollama_server_writes_an_answer_that_stands_on_its_quotes_or_is_rep
     from minions.documents import load_document
     from minions.events import AnswerToken, Event
     from minions.protocols import LocalOnly
-    from minions.protocols.written import unsupported
+    from minions.protocols.evidence.written import unsupported
 
     backend = live_ollama
     assert (backend.parameter_count() or 0) > 0

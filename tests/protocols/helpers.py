@@ -29,7 +29,7 @@ def make_text(paragraphs: int = 12) -> str:
 def quote_reply(params: SamplingParams, needle: str, answer: str | None = None) -> str:
     """What an evidence-first job replies when it picks the offered sentence that contains ``needle`` (with
     ``answer``, one of that sentence's figures), or "none" when no offered sentence has it. The offered sentences
-    are the alternatives of the job's JSON schema (``protocols.quotes.quote_schema``)."""
+    are the alternatives of the job's JSON schema (``protocols.evidence.quotes.quote_schema``)."""
     if params.json_schema is None:  # a backend that cannot follow a schema copies the sentence itself
         return json.dumps({"quote": FACT, "answer": answer} if needle in FACT else {"quote": "none", "answer": None})
     for alternative in params.json_schema["anyOf"]:

@@ -33,7 +33,7 @@ def test_cost_bench_counts_remote_only_and_measures_minions(tmp_path, monkeypatc
 def test_the_engine_bench_sends_the_production_job_prompt_and_schema():
     from minions.backends.llamacpp.bench import BenchConfig
     from minions.chunking import Chunk
-    from minions.protocols.jobs import job_request
+    from minions.protocols.evidence.jobs import job_request
 
     chunks = ["Net sales were $32.8 billion in 2018. Operating income was $7.2 billion.", make_text(2)]
     config = BenchConfig(instructions=("What were net sales?", "Which risks are mentioned?"), max_tokens=40)

@@ -155,7 +155,7 @@ def test_smollm2_asked_to_write_is_checked_and_never_passed_on_unchecked(local):
     cited quotes state every figure and name in it; else the quote answer, with the figure and its line, replaces
     it and the result says why."""
     from minions.events import AnswerToken, Event
-    from minions.protocols.written import answer_mode, unsupported
+    from minions.protocols.evidence.written import answer_mode, unsupported
 
     question = "What was Northwind's total revenue in 2025?"
     events: list[Event] = []

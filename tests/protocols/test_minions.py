@@ -308,7 +308,7 @@ def test_cancellation_reaches_inside_a_batch_and_nothing_is_retried(local, remot
 
 def test_jobs_and_scores_over_one_chunk_share_their_prompt_prefix():
     from minions.chunking import Chunk
-    from minions.protocols.jobs import job_messages, job_request
+    from minions.protocols.evidence.jobs import job_messages, job_request
     from minions.types import SamplingParams
 
     chunk = Chunk("d.txt", 0, "Revenue was $4.2 billion. " * 40, 0, 1040)

@@ -19,7 +19,7 @@ from minions.protocols import (
     get_protocol,
     needs_remote,
 )
-from minions.protocols.aggregate import verify_citation
+from minions.protocols.evidence.citations import verify_citation
 from minions.protocols.parsing import as_answer, extract_json
 from minions.protocols.prompts import render
 

@@ -78,7 +78,7 @@ class SpecBenchConfig:
     prompts: tuple[tuple[str, Callable[[str, str], Sequence[Message]]], ...] = ()
     """Settings whose prompts a caller writes: a name and the messages of a job from an excerpt and one of
     ``FREEFORM``'s questions (the CLI's ``written``: the local model's written answer from quotes of the
-    excerpt, ``protocols.written``'s prompt, decoded greedily up to ``max_tokens``)."""
+    excerpt, ``protocols.evidence.written``'s prompt, decoded greedily up to ``max_tokens``)."""
     n_threads: int | None = None
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
     k_max: int = K_MAX

@@ -13,7 +13,7 @@ from minions.backends.llamacpp.kvstore import KVStore
 from minions.backends.llamacpp.prefixes import marked_prompt
 from minions.backends.llamacpp.quantize import default_local_model
 from minions.chunking import Chunk
-from minions.protocols.jobs import job_request
+from minions.protocols.evidence.jobs import job_request
 from minions.types import ChatRequest, ChatResult, SamplingParams
 
 pytestmark = pytest.mark.slow

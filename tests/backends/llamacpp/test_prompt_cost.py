@@ -11,8 +11,8 @@ from minions.backends.llamacpp import LlamaCppBackend
 from minions.backends.llamacpp.engine import EngineConfig
 from minions.documents import Document
 from minions.protocols import LocalOnly
-from minions.protocols.jobs import job_request
-from minions.protocols.reading import PromptCounter
+from minions.protocols.evidence.jobs import job_request
+from minions.protocols.evidence.reading import PromptCounter
 from minions.types import SamplingParams
 
 from .test_prefixes import CHUNKS, QUESTIONS

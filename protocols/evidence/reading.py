@@ -1,7 +1,8 @@
 """How the local model reads documents it cannot read whole: rank the chunks, read the best, keep the evidence.
 
-    rank      BM25 over the question, with the figure prior (``protocols.ranking.lexical_rank``)
-    read      evidence-first jobs (``protocols.jobs``) over the best ``read_chunks``: each picks the sentence of
+    rank      BM25 over the question, with the figure prior (``protocols.search.ranking.lexical_rank``)
+    read      evidence-first jobs (``protocols.evidence.jobs``) over the best ``read_chunks``: each picks the sentence
+    of
               its chunk that answers (named by its line's label where the local model reports
               log-probabilities, else chosen through a schema); where the backend says what a prompt costs,
               the chunks past ``read_tokens`` new prompt tokens are quoted by words instead (``within_budget``)
@@ -24,11 +25,11 @@ from typing import Protocol, runtime_checkable
 from minions.chunking import Chunk
 from minions.types import ChatRequest, SamplingParams
 
-from .aggregate import Finding
-from .context import RunContext
+from ..context import RunContext
+from ..result import Evidence, JobRecord
+from ..search.ranking import Ranked, lexical_rank
+from .citations import Finding
 from .jobs import Job, job_request, run_jobs, scores_sentences
-from .ranking import Ranked, lexical_rank
-from .result import Evidence, JobRecord
 
 __all__ = [
     "BY_WORDS",

@@ -20,8 +20,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from .ranking import word_order
-from .retrieval import asks_for_quantity, figure_share
+from ..search.bm25 import asks_for_quantity, figure_share
+from ..search.ranking import word_order
 
 __all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
 

@@ -1,7 +1,7 @@
 """Running local jobs: one instruction over one chunk, many at once through the backend's ``batch``.
 
-A job is evidence-first (``protocols.quotes``): the local model picks the sentence of its chunk that answers the
-instruction, never writes one. Its prompt puts the chunk first, its sentences and table rows a labelled line each
+A job is evidence-first (``protocols.evidence.quotes``): the local model picks the sentence of its chunk that answers
+the instruction, never writes one. Its prompt puts the chunk first, its sentences and table rows a labelled line each
 ("[A] ...", "[B] ..."), then the question, so every job over a chunk shares the prefix "system prompt + chunk",
 which a local engine computes once and saves (``PromptPrefix``). Where the backend reports log-probabilities the
 reply starts "The line that answers is" and one token's distribution over the labels scores the chunk's
@@ -25,16 +25,16 @@ from minions.events import JobFailed, JobFinished, JobStarted, emit
 from minions.loops import repeating
 from minions.types import ChatRequest, ChatResult, Message, PromptPrefix, SamplingParams, Timings, Usage
 
-from .aggregate import verify_citation
-from .channel import priced
-from .context import RunContext
-from .parsing import extract_json, normalize, salvage_fields
-from .prompts import render
+from ..channel import priced
+from ..context import RunContext
+from ..parsing import extract_json, normalize, salvage_fields
+from ..prompts import render
+from ..result import JobRecord
+from ..schemas import JobOutput
+from ..search.bm25 import tokenize
+from ..search.ranking import fused_order
+from .citations import verify_citation
 from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote_schema
-from .ranking import fused_order
-from .result import JobRecord
-from .retrieval import tokenize
-from .schemas import JobOutput
 
 __all__ = [
     "Job",

@@ -12,13 +12,13 @@ from minions.backends.scripted import ScriptedBackend
 from minions.errors import BackendConnectionError
 from minions.events import AnswerToken, CancelToken, Event
 from minions.protocols import LocalOnly
+from minions.protocols.evidence.written import answer_mode, check_written, unsupported
 from minions.protocols.options import InputError, RunOptions
 from minions.protocols.prompts import render
 from minions.protocols.result import Citation
-from minions.protocols.written import answer_mode, check_written, unsupported
 from minions.types import Message, SamplingParams
 
-from .helpers import FACT, job_reply
+from ..helpers import FACT, job_reply
 
 QUESTION = "What was revenue in fiscal 2023?"
 REPORT = [
@@ -225,7 +225,7 @@ def test_the_speculative_bench_writes_from_the_excerpts_figures() -> None:
     """``minions bench speculative --settings written``: each job is the written answer's own prompt over the
     spans of an excerpt with the most figures, in the excerpt's order, and the CLI hands that prompt to the bench."""
     from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, _jobs
-    from minions.protocols.written import excerpt_messages
+    from minions.protocols.evidence.written import excerpt_messages
 
     excerpt = (
         "Net sales were $32.8 billion in 2018, up 3.5 percent. The company is based in Minnesota. Operating income "

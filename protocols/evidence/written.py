@@ -46,14 +46,14 @@ from minions.events import AnswerToken, emit
 from minions.loops import repeating
 from minions.types import Message, SamplingParams, Usage
 
-from .channel import priced
-from .context import RunContext
+from ..channel import priced
+from ..context import RunContext
+from ..options import AnswerMode
+from ..prompts import render
+from ..result import Citation
+from ..search.bm25 import figure_share
 from .jobs import REPEATED_WORDS
-from .options import AnswerMode
-from .prompts import render
 from .quotes import spans
-from .result import Citation
-from .retrieval import figure_share
 
 __all__ = [
     "WRITE_FROM_PARAMETERS",

@@ -5,7 +5,7 @@ The chunks are cut as the local reading cuts them (``RunOptions``: ``chunk_by``,
 the prefixes are built by the jobs' own ``job_request``, so what is saved is what the jobs restore. Only a
 backend that keeps prompt prefixes (the embedded llama.cpp model) can index; any other raises ``ConfigError``.
 
-The library (``protocols.library``) saves a chunk's state when a question reads it; this computes them all
+The library (``protocols.search.library``) saves a chunk's state when a question reads it; this computes them all
 ahead, for ``minions index --warm`` and ``Library.warm``.
 """
 
@@ -24,8 +24,8 @@ from minions.errors import ConfigError
 from minions.events import CancelToken
 from minions.types import ChatRequest, SamplingParams
 
-from .jobs import job_request
-from .options import RunOptions
+from ..evidence.jobs import job_request
+from ..options import RunOptions
 
 __all__ = ["IndexProgress", "PrefixSaver", "index_documents", "index_requests"]
 

@@ -13,12 +13,12 @@ from minions.backends.scripted import ScriptedBackend
 from minions.chunking import chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
-from minions.protocols.library import INDEX_FILE, Library, search_library
-from minions.protocols.ranking import lexical_rank
-from minions.protocols.routing import period_year, profile, question_years, route
-from minions.protocols.textindex import SqliteIndex
+from minions.protocols.search.index import SqliteIndex
+from minions.protocols.search.library import INDEX_FILE, Library, search_library
+from minions.protocols.search.ranking import lexical_rank
+from minions.protocols.search.routing import period_year, profile, question_years, route
 
-from .helpers import quote_reply
+from ..helpers import quote_reply
 
 
 def cover(company: str, form: str, ended: str, body: str) -> str:
@@ -184,7 +184,7 @@ def test_route_picks_the_company_then_the_year_and_keeps_all_when_the_question_n
     profiles = {d.name: d.profile for d in index.documents()}
 
     def routed(q: str) -> list[str]:
-        from minions.protocols.retrieval import tokenize
+        from minions.protocols.search.bm25 import tokenize
 
         r = route(q, profiles, index.document_frequency(tokenize(q)), limit=2)
         return r.documents if r.routed else []

@@ -16,9 +16,9 @@ from minions.backends.scripted import ScriptedBackend
 from minions.cli import main
 from minions.documents import Document
 from minions.errors import ConfigError
-from minions.protocols.indexing import IndexProgress, index_documents
-from minions.protocols.library import Library
 from minions.protocols.options import RunOptions
+from minions.protocols.search.library import Library
+from minions.protocols.search.warming import IndexProgress, index_documents
 
 SENTENCES = [
     "Net sales in 2018 were $32.8 billion, up 3.5 percent from 2017.",

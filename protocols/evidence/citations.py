@@ -13,8 +13,8 @@ from typing import Any
 from minions.chunking import Chunk
 from minions.documents import Document
 
-from .parsing import normalize
-from .result import Citation, JobRecord
+from ..parsing import normalize
+from ..result import Citation, JobRecord
 
 __all__ = ["Finding", "aggregate", "best_answer", "digest", "find_quote", "locate", "verify_citation"]
 

@@ -10,7 +10,7 @@ from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
 from minions.protocols import Minions
 
-from .helpers import final, job_reply, plan
+from ..helpers import final, job_reply, plan
 
 INSTRUCTIONS = ("Find the revenue for fiscal 2023.", "Find the number of segments.")
 

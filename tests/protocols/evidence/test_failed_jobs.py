@@ -7,7 +7,7 @@ from minions.backends.scripted import ScriptedBackend
 from minions.errors import BackendConnectionError, BackendError
 from minions.protocols import LocalOnly, Minions
 
-from .helpers import FACT, final, job_reply, plan
+from ..helpers import FACT, final, job_reply, plan
 
 
 def _flaky(messages, params):

@@ -8,9 +8,9 @@ import pytest
 
 from minions.chunking import Chunk
 from minions.errors import ConfigError
-from minions.protocols import meaning
-from minions.protocols.meaning import meaning_fused, meaning_order, meaning_scores
-from minions.protocols.ranking import Ranked, lexical_rank
+from minions.protocols.search import meaning
+from minions.protocols.search.meaning import meaning_fused, meaning_order, meaning_scores
+from minions.protocols.search.ranking import Ranked, lexical_rank
 
 BANK = Chunk("d", 0, "The bank raised its interest rates twice this year.", 0, 50)
 BUDGET = Chunk("d", 1, "The committee approved the budget for the next year.", 50, 100)

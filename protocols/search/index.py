@@ -1,10 +1,10 @@
 """The library's text index: every chunk of every document, found by words through SQLite's FTS5.
 
 One SQLite file holds, per document, its text (compressed, with pages and sections), its routing profile
-(``protocols.routing``) and its chunks, each with its document, pages and section; FTS5 keeps the chunks' terms.
-The terms are ours (``protocols.retrieval.tokenize``: stop words dropped, plurals made singular), written into
+(``protocols.search.routing``) and its chunks, each with its document, pages and section; FTS5 keeps the chunks' terms.
+The terms are ours (``protocols.search.bm25.tokenize``: stop words dropped, plurals made singular), written into
 FTS5 as space-separated words, so FTS5 ranks by BM25 over the same terms the in-memory ranking uses; the figure
-prior for quantity questions (``protocols.ranking.FIGURE_WEIGHT``) multiplies FTS5's score in the same query.
+prior for quantity questions (``protocols.search.ranking.FIGURE_WEIGHT``) multiplies FTS5's score in the same query.
 
     index = SqliteIndex("library.sqlite")
     index.add(doc, chunks, key="/path/10K.pdf", sha256=digest)   # one transaction: all of it or nothing
@@ -33,8 +33,8 @@ from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
 from minions.sqlite import write_transaction
 
+from .bm25 import asks_for_quantity, figure_share, tokenize
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
-from .retrieval import asks_for_quantity, figure_share, tokenize
 
 __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 

@@ -1,11 +1,11 @@
 """Which chunks the local model reads, best first.
 
     1. lexical: BM25 over the query (the question, and a plan's instruction and keywords, with the lines and
-       statements behind the measures it names, ``protocols.glossary``), times a prior for passages dense in
+       statements behind the measures it names, ``protocols.search.glossary``), times a prior for passages dense in
        figures when the question asks for a quantity (``FIGURE_WEIGHT``);
     2. ``spread_pages``: one chunk of each page first, so the chunks read show as many pages as they can;
     3. ``fused_order``: items in that order re-ordered by reciprocal rank fusion with the local model's scores
-       (how ``protocols.jobs`` picks a chunk's sentence: neither scale dominates).
+       (how ``protocols.evidence.jobs`` picks a chunk's sentence: neither scale dominates).
 
 A small model reads only what ranks best: the rest is skipped, and the ranking says how many chunks there were.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
+from .bm25 import BM25, asks_for_quantity, figure_share
 from .glossary import expand
-from .retrieval import BM25, asks_for_quantity, figure_share
 
 __all__ = [
     "FIGURE_WEIGHT",
@@ -79,7 +79,7 @@ def word_order(texts: Sequence[str], query: str, *, question: str | None = None)
 
 def search_terms(query: str, question: str | None = None) -> str:
     """What chunks are ranked by: ``query``, then the lines and statements behind the measures that it or
-    ``question`` names (``protocols.glossary``)."""
+    ``question`` names (``protocols.search.glossary``)."""
     asked = query if question is None or question == query else f"{query}\n{question}"
     added = expand(asked)
     return f"{query}\n{added}" if added else query

@@ -4,7 +4,7 @@ Each document gets a ``profile`` when it is indexed, read off its first page, wh
 they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal year ended December 31, 2018 ...
 3M COMPANY"; a press release's headline):
 
-    terms    the words of its opening ``COVER_CHARS`` characters (ours: ``protocols.retrieval.tokenize``)
+    terms    the words of its opening ``COVER_CHARS`` characters (ours: ``protocols.search.bm25.tokenize``)
     form     10-K, 10-Q, 8-K or earnings, when the cover says so
     year     the year its period ends in (fiscal year, quarter, or date of report)
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from minions.documents import Document
 
-from .retrieval import tokenize
+from .bm25 import tokenize
 
 __all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "period_year", "profile", "question_years", "route"]
 

@@ -5,14 +5,14 @@
     library.ask("What was 3M's FY2018 capital expenditure?").answer
 
 Adding a file reads its text once (``minions.documents``), cuts it into chunks as the protocols do
-(``RunOptions``), and stores text, chunks and a routing profile in the index (``protocols.textindex``), keyed by
+(``RunOptions``), and stores text, chunks and a routing profile in the index (``protocols.search.index``), keyed by
 the file's path and checked by its content's hash: a file added again unchanged costs a hash, a changed one is
 replaced, ``refresh`` re-reads what changed and drops what is gone. A file that cannot be read is listed with
 its reason and the others go on. The local model is not needed for any of it: its chunk states are saved when a
-question reads a chunk (``warm=True`` computes them all ahead, ``protocols.indexing``).
+question reads a chunk (``warm=True`` computes them all ahead, ``protocols.search.warming``).
 
 A question is answered in two steps: ``route`` picks the documents it is about (company, period, form: from
-their covers, ``protocols.routing``), then the index ranks their chunks by words; the protocol reads the best
+their covers, ``protocols.search.routing``), then the index ranks their chunks by words; the protocol reads the best
 (``RunOptions.read_chunks``) and ``RunResult.reading["library"]`` says which documents were considered and why.
 """
 
@@ -33,15 +33,14 @@ from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
 from minions.errors import ConfigError, DocumentError
 
-from .choice import default_protocol
-from .factory import get_protocol
-from .indexing import IndexProgress, PrefixSaver, index_documents
-from .options import RunOptions
+from ..factory import get_protocol
+from ..options import RunOptions, default_protocol
+from ..result import RunResult
+from .bm25 import tokenize
+from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .ranking import Ranking, spread_pages
-from .result import RunResult
-from .retrieval import tokenize
 from .routing import Route, profile, route
-from .textindex import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
+from .warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = [
     "INDEX_FILE",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from minions.chunking import Chunk
-from minions.protocols.glossary import expand
-from minions.protocols.ranking import Ranked, fused_order, lexical_rank, page_spread, search_terms, spread_pages
-from minions.protocols.retrieval import asks_for_quantity, figure_share, tokenize
+from minions.protocols.search.bm25 import asks_for_quantity, figure_share, tokenize
+from minions.protocols.search.glossary import expand
+from minions.protocols.search.ranking import Ranked, fused_order, lexical_rank, page_spread, search_terms, spread_pages
 
 WORDS = Chunk("r", 0, "Capital expenditure plans are discussed by the board every year in capital meetings.", 0, 80)
 TABLE = Chunk("r", 1, "Capital expenditure 1,577 1,373 1,420 (305) 12% $4.2", 80, 140)

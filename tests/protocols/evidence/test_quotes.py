@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from minions.chunking import Chunk
-from minions.protocols.quotes import NONE, answer_spans, candidates, quote_schema, spans, states_value
+from minions.protocols.evidence.quotes import NONE, answer_spans, candidates, quote_schema, spans, states_value
 
 PROSE = (
     "## Financial Highlights\n\n"
@@ -116,8 +116,8 @@ def best_by_words_first(text: str, question: str) -> list:
 
 
 def test_the_model_reorders_sentences_that_match_the_question_but_never_lifts_one_that_matches_none():
-    from minions.protocols.jobs import SENTENCE_MODEL_WEIGHT, pick_sentence
-    from minions.protocols.ranking import fused_order
+    from minions.protocols.evidence.jobs import SENTENCE_MODEL_WEIGHT, pick_sentence
+    from minions.protocols.search.ranking import fused_order
 
     others = "The board met four times. Our offices moved in March. Staff numbers were stable at forty."
     options = best_by_words_first(f"{REVENUE} {others}", "What was the revenue?")
