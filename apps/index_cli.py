@@ -171,7 +171,7 @@ def library_usage() -> dict[str, Any] | None:
 
 
 def add_cache_bench_parser(kinds: Any) -> None:
-    from minions.protocols.cache_bench import CacheBenchConfig
+    from minions.evals.bench.cache import CacheBenchConfig
 
     d = CacheBenchConfig()
     bench = kinds.add_parser("cache", help="the same questions asked twice over one document: cold, then warm")
@@ -184,7 +184,7 @@ def add_cache_bench_parser(kinds: Any) -> None:
 
 
 def cmd_bench_cache(args: argparse.Namespace) -> int:
-    from minions.protocols.cache_bench import CacheBenchConfig, cache_bench
+    from minions.evals.bench.cache import CacheBenchConfig, cache_bench
 
     d = CacheBenchConfig()
     config = CacheBenchConfig(

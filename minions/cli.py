@@ -167,7 +167,7 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 # -- bench -----------------------------------------------------------------------------------------------
 def cmd_bench_cost(args: argparse.Namespace) -> int:
-    from minions.protocols.bench import cost_bench
+    from minions.evals.bench.cost import cost_bench
 
     local, remote = _resolve_models(args)
     if remote is None:
@@ -177,8 +177,8 @@ def cmd_bench_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_engine(args: argparse.Namespace) -> int:
-    from minions.backends.llamacpp.bench import BenchConfig, engine_bench
-    from minions.protocols.bench import production_jobs
+    from minions.evals.bench.cost import production_jobs
+    from minions.evals.bench.engine import BenchConfig, engine_bench
 
     config = _given(BenchConfig(), args, ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline"))
     # the jobs production sends; the prompt-order experiment (instruction first) has its own prompt
@@ -188,7 +188,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
 
 
 def _add_bench_engine_parser(kinds: Any) -> None:
-    from minions.backends.llamacpp.bench import BenchConfig
+    from minions.evals.bench.engine import BenchConfig
 
     d = BenchConfig()
     engine = kinds.add_parser(
@@ -207,7 +207,7 @@ def _add_bench_engine_parser(kinds: Any) -> None:
 def cmd_bench_speculative(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
+    from minions.evals.bench.speculative import SpecBenchConfig, speculative_bench
 
     names = (
         "model",
@@ -233,14 +233,14 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
         config = replace(config, prompts=(("written", excerpt_messages),))
     if args.target:
-        from minions.backends.llamacpp.deep_bench import deep_bench
+        from minions.evals.bench.deep import deep_bench
 
         return _print_lines(deep_bench(args.data, config, args.target))
     return _print_lines(speculative_bench(args.data, config))
 
 
 def _add_bench_speculative_parser(kinds: Any) -> None:
-    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig
+    from minions.evals.bench.speculative import SpecBenchConfig
 
     d = SpecBenchConfig()
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
@@ -290,7 +290,7 @@ def _add_bench_speculative_parser(kinds: Any) -> None:
 def cmd_bench_tree(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from minions.backends.pytorch.bench import TreeBenchConfig, tree_bench
+    from minions.evals.bench.tree import TreeBenchConfig, tree_bench
 
     config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads", "target"))
     if args.draft:
@@ -305,7 +305,7 @@ def cmd_bench_tree(args: argparse.Namespace) -> int:
 
 
 def _add_bench_tree_parser(kinds: Any) -> None:
-    from minions.backends.pytorch.bench import TreeBenchConfig
+    from minions.evals.bench.tree import TreeBenchConfig
 
     d = TreeBenchConfig()
     tree = kinds.add_parser(
@@ -336,7 +336,7 @@ def _add_pair_options(parser: Any, target_help: str, draft_help: str) -> None:
 
 
 def cmd_bench_pdf(args: argparse.Namespace) -> int:
-    from minions.documents.bench import pdf_bench
+    from minions.evals.bench.pdf import pdf_bench
 
     return _print_lines(pdf_bench(args.files, data=args.data, pypdf_pages=args.pypdf_pages))
 
@@ -351,7 +351,7 @@ def _add_bench_pdf_parser(kinds: Any) -> None:
 
 def cmd_bench_evidence(args: argparse.Namespace) -> int:
     from minions.backends.registry import default_local
-    from minions.evals.bench import EvidenceBenchConfig, evidence_bench
+    from minions.evals.bench.evidence import EvidenceBenchConfig, evidence_bench
 
     config = EvidenceBenchConfig(
         limit=args.limit,
@@ -374,7 +374,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
 
 
 def _add_bench_evidence_parser(kinds: Any) -> None:
-    from minions.evals.bench import EvidenceBenchConfig
+    from minions.evals.bench.evidence import EvidenceBenchConfig
 
     d = EvidenceBenchConfig()
     ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
@@ -405,7 +405,7 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
 
 
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
-    from minions.protocols.fleet_bench import FleetBenchConfig, fleet_bench
+    from minions.evals.bench.fleet import FleetBenchConfig, fleet_bench
 
     config = _given(
         FleetBenchConfig(local=args.local),
@@ -416,7 +416,7 @@ def cmd_bench_fleet(args: argparse.Namespace) -> int:
 
 
 def _add_bench_fleet_parser(kinds: Any) -> None:
-    from minions.protocols.fleet_bench import FleetBenchConfig
+    from minions.evals.bench.fleet import FleetBenchConfig
 
     d = FleetBenchConfig()
     fleet = kinds.add_parser("fleet", help="local jobs on one OpenAI-compatible server vs spread over several")

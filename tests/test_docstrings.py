@@ -8,7 +8,7 @@ subpackage of ``minions`` (``backends.llamacpp.slots``), or as written (``minion
 Attributes count when a class declares them (dataclass and pydantic fields, annotations) or its methods set them.
 A name whose first part is none of these (a file, a variable, a key, another library's class: ``config.json``,
 ``ctx.timings``) is not judged, unless that part names a module of the citing package's own tree, cited from
-where it cannot be found (``draft_model.DraftModel`` in the scheduler, for ``speculative.draft_model``).
+where it cannot be found (``draft_model.Drafter`` in the scheduler, for ``speculation.drafters.Drafter``).
 """
 
 from __future__ import annotations
@@ -174,14 +174,14 @@ def test_the_rule_resolves_the_kinds_of_names_it_should() -> None:
     scheduler = "minions.backends.llamacpp.scheduler"
     gate = "minions.backends.speculation.speculator"
     assert resolves("minions.loops.repeating", scheduler)  # as written
-    assert resolves("speculative.cost.measure_cost_table", scheduler)  # beside the citing module
+    assert resolves("cost_table.measure_cost_table", scheduler)  # beside the citing module
     assert resolves("backends.speculation.speculator.SpeedGate", scheduler)  # from the top of the tree
     assert resolves("SpeedGate.backoff_steps", gate)  # in the citing module: a dataclass field
     assert resolves("llama_cpp.llama_decode", scheduler)  # another distribution's
     assert resolves("sampling.repeating", scheduler) is False  # it is minions.loops.repeating
     assert resolves("SpeedGate.backoff", gate) is False  # the field is backoff_steps
     assert resolves("backends.llamacpp.sampler", scheduler) is False
-    assert resolves("draft_model.DraftModel", scheduler) is False  # it is speculative.draft_model
+    assert resolves("draft_model.Drafter", scheduler) is False  # it is speculation.drafters.Drafter
     assert resolves("config.json", scheduler) is None and resolves("ctx.timings", scheduler) is None
 
 

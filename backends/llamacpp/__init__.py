@@ -5,13 +5,16 @@ Modules, each importing only those listed before it:
 - ``ffi``: typed wrappers over the C API (model, context, batch) and ``import_llama_cpp``.
 - ``slots``: which sequence holds which tokens, and prefix sharing between them.
 - ``sampling``: grammars, samplers and the text stream of a sequence.
-- ``speculative``: speculative decoding's llama.cpp parts (the cost table, a draft model, its benchmark); the rest
-  is ``backends.speculation``, whichever engine.
+- ``cost_table``: this machine's cost table of a decode call, measured once per model and cached (speculation's
+  depths are chosen by it; the rest of speculative decoding is ``backends.speculation``, whichever engine).
+- ``draft_model``: a second GGUF with the target's vocabulary, drafting greedily (``DraftModel``).
 - ``scheduler``: one engine run: admission, batched prefill and decode, verification.
 - ``engine``: the batching engine (``Engine``, ``EngineConfig``).
 - ``worker``: the one thread of the process that decodes.
 - ``backend``: ``LlamaCppBackend``, the ``Backend`` the protocols use.
-- ``quantize``, ``bench``: the default model's quantization, and the engine benchmark.
+- ``quantize``: the default model's quantization.
+
+Its benchmarks and synthetic models are tools, not parts of the runtime: ``evals.bench`` and ``evals.synthetic``.
 """
 
 from .backend import DEFAULT_CONTEXT, LlamaCppBackend

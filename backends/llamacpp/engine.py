@@ -50,14 +50,14 @@ from ..settings import cpu_threads
 from ..speculation.depth import CostTable
 from ..speculation.drafters import Drafter
 from ..speculation.speculator import K_MAX, NullSpeculator, Speculator, default_drafters
+from .cost_table import load_or_measure_cost_table
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+from .draft_model import DraftModel
 from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
 from .scheduler import BatchStats, EngineSequence, Lane, OnResult, OnToken, Scheduler
-from .speculative.cost import load_or_measure_cost_table
-from .speculative.draft_model import DraftModel
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 

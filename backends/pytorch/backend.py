@@ -174,7 +174,7 @@ class TransformersBackend(BaseBackend):
     def drafter(self) -> DraftTrees | None:
         """The draft model, loaded on first use; None without one."""
         if self._drafter is None and self.draft_model is not None:
-            from ..llamacpp.speculative.draft_model import DraftModel
+            from ..llamacpp.draft_model import DraftModel
 
             vocab = int(self.model.config.vocab_size)
             model = DraftModel(self.draft_model, n_seqs=1, seq_ctx=DRAFT_CONTEXT, n_threads=cpu_threads())

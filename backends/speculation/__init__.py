@@ -10,8 +10,9 @@
 - ``speculator``: what an engine asks each decode step (``Speculator``, or a ``NullSpeculator`` that never
   drafts), the speed gate, and a job's draft statistics.
 
-The llama.cpp engine (``backends.llamacpp``: its cost table and draft model in ``backends.llamacpp.speculative``)
-and the PyTorch backend (``backends.pytorch``) draft, verify and learn with these; each runs its own model call.
+The llama.cpp engine (``backends.llamacpp``: its cost table and draft model in ``backends.llamacpp.cost_table`` and
+``backends.llamacpp.draft_model``) and the PyTorch backend (``backends.pytorch``) draft, verify and learn with these;
+each runs its own model call.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ speculation never makes a step slower.
 
 ``T`` depends on how many sequences share the call, not only on its tokens: each sequence has its own KV
 stream, so its queries attend in their own small products. On this project's 2-core machine (SmolLM2-135M Q4_0,
-512-token contexts, ``backends.llamacpp.speculative.cost.measure_cost_table``) one sequence with 9 tokens takes
+512-token contexts, ``backends.llamacpp.cost_table.measure_cost_table``) one sequence with 9 tokens takes
 39 ms, 8 sequences with 1 token each 39 ms, and 8 with 2 each 67 ms. So ``CostTable`` measures a curve per
 number of sequences, each over calls in which every sequence carries the same number of tokens.
 

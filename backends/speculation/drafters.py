@@ -18,7 +18,7 @@ drafter needs it declares (``Drafter.per_schema``, ``Drafter.learns``), and the 
 - ``ScriptedDrafter``: proposals from a function, for tests.
 - ``DraftTrees``: a draft model's best-first token trees (SpecExec's idea), for the PyTorch backend.
 
-A draft model runs on an engine (``backends.llamacpp.speculative.draft_model.DraftModel``: a second GGUF with the
+A draft model runs on an engine (``backends.llamacpp.draft_model.DraftModel``: a second GGUF with the
 same vocabulary, drafting greedily): it is a ``Drafter`` of chains for the llama.cpp engine and the
 ``DraftSteps`` of ``DraftTrees``.
 """
@@ -358,7 +358,7 @@ class ScriptedDrafter(DrafterBase):
 
 
 class DraftSteps(Protocol):
-    """A draft model as ``DraftTrees`` drives it (``backends.llamacpp.speculative.draft_model.DraftModel``)."""
+    """A draft model as ``DraftTrees`` drives it (``backends.llamacpp.draft_model.DraftModel``)."""
 
     def steps(
         self, seq: int, tokens: Sequence[int], width: int = 1, *, probs: bool = False

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from minions.backends.llamacpp import LlamaCppBackend
-from minions.backends.llamacpp.bench import BaselineReply, compare_replies, one_at_a_time
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.quantize import default_local_model
 from minions.errors import ContextLengthError
+from minions.evals.bench.engine import BaselineReply, compare_replies, one_at_a_time
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from minions.backends.llamacpp.cost_table import measure_cost_table
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.ffi import LlamaContext, LlamaModel, TokenBatch
-from minions.backends.llamacpp.speculative import measure_cost_table
 from minions.backends.speculation import CostCurve, ScriptedDrafter
 from minions.backends.speculation.depth import CallCost, choose_depths, rollback_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams

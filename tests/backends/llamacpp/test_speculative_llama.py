@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from minions.backends.llamacpp.bench import divergence_report
 from minions.backends.llamacpp.engine import Engine, EngineConfig
 from minions.backends.llamacpp.quantize import default_local_model
 from minions.backends.speculation import CostCurve, NullSpeculator, ScriptedDrafter
 from minions.errors import ConfigError
+from minions.evals.bench.engine import divergence_report
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -273,7 +273,7 @@ def test_a_draft_model_computes_each_prompt_with_the_target(smollm2_gguf: Path) 
 def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf: Path) -> None:
     """``DraftModel.propose_many``: the drafts of three sequences, each its own length, are what each gets alone,
     in one decode call a position (the first computes their prompts too), and each call is timed."""
-    from minions.backends.llamacpp.speculative import DraftModel
+    from minions.backends.llamacpp.draft_model import DraftModel
 
     prompts = [[1, 504, 3058, 282, 260, 2365, 30], [1, 1206, 314, 253, 1363, 28], [1, 504, 3058, 282, 7421, 30, 216]]
     lengths = [5, 2, 8]
@@ -302,7 +302,7 @@ def test_a_draft_model_drafts_every_sequence_in_one_call_a_position(smollm2_gguf
 def test_a_draft_model_takes_a_shared_prompt_from_another_sequence(smollm2_gguf: Path) -> None:
     """Two jobs over one excerpt: the second prompt's shared start is copied from the first sequence's stream, not
     computed again (``DraftModel._share``), and its drafts are what a draft model that computed it all gives."""
-    from minions.backends.llamacpp.speculative import DraftModel
+    from minions.backends.llamacpp.draft_model import DraftModel
 
     excerpt = [1, *([504, 3058, 282, 260, 2365, 30, 1206, 314, 253, 1363, 28] * 6)]
     first, second = [*excerpt, 7421, 30, 216], [*excerpt, 2365, 28, 253, 216]
@@ -327,8 +327,8 @@ def test_a_draft_model_drafts_what_the_jobs_grammar_allows(smollm2_gguf: Path) -
     """A job with a JSON schema emits only what its grammar allows, so a draft model drafts under a copy of the
     job's parse state (``Drafter.constrained``): after the assistant header, where SmolLM2 alone writes prose, the
     draft opens the JSON object as the job must. Drafting leaves the job's own parse state where it was."""
+    from minions.backends.llamacpp.draft_model import DraftModel
     from minions.backends.llamacpp.sampling import GrammarCache, GrammarState
-    from minions.backends.llamacpp.speculative import DraftModel
 
     draft = DraftModel(smollm2_gguf, n_seqs=2, seq_ctx=512, n_threads=2)
     grammars = GrammarCache(draft.model)

@@ -224,7 +224,7 @@ def test_a_written_answer_that_loops_is_cut_where_it_begins_to_and_replaced(doc)
 def test_the_speculative_bench_writes_from_the_excerpts_figures() -> None:
     """``minions bench speculative --settings written``: each job is the written answer's own prompt over the
     spans of an excerpt with the most figures, in the excerpt's order, and the CLI hands that prompt to the bench."""
-    from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, _jobs
+    from minions.evals.bench.speculative import SpecBenchConfig, _jobs
     from minions.protocols.evidence.written import excerpt_messages
 
     excerpt = (

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 from minions.types import ChatRequest, ChatResult
 
 if TYPE_CHECKING:  # torch loads when the bench runs, not when the CLI reads TreeBenchConfig's defaults
-    from .backend import TransformersBackend
-    from .decode import Mode, Speculation
+    from minions.backends.pytorch.backend import TransformersBackend
+    from minions.backends.pytorch.decode import Mode, Speculation
 
 __all__ = ["TreeBenchConfig", "tree_bench"]
 
@@ -97,7 +97,7 @@ class _Tokens:
 
 
 def _jobs(data: str | os.PathLike[str] | None, backend: TransformersBackend, c: TreeBenchConfig) -> list[ChatRequest]:
-    from ..llamacpp.bench import INSTRUCTIONS, BenchConfig, bench_jobs, find_document, load_chunks
+    from .engine import INSTRUCTIONS, BenchConfig, bench_jobs, find_document, load_chunks
 
     config = BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens, max_tokens=c.max_tokens,
                          instructions=INSTRUCTIONS[: c.jobs_per_chunk])  # fmt: skip
@@ -154,8 +154,8 @@ def _summary(results: Sequence[ChatResult]) -> dict[str, Any]:
 
 
 def _llamacpp_ms_per_token(jobs: Sequence[ChatRequest], n_threads: int | None, model: Path | None) -> float:
-    from ..llamacpp.engine import Engine, EngineConfig
-    from ..models import smollm2_path
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
+    from minions.backends.models import smollm2_path
 
     path = model or smollm2_path()
     engine = Engine(path, EngineConfig(max_seqs=1, n_threads=n_threads, speculate=False, kv_cache=False))
@@ -175,12 +175,12 @@ def tree_bench(data: str | os.PathLike[str] | None, config: TreeBenchConfig | No
     if c.n_threads is not None:
         torch.set_num_threads(c.n_threads)
     start = time.perf_counter()
-    from .backend import TransformersBackend
-    from .decode import SpecConfig, Speculation, measure_cost
+    from minions.backends.pytorch.backend import TransformersBackend
+    from minions.backends.pytorch.decode import SpecConfig, Speculation, measure_cost
 
     target = draft = None
     if c.target is not None:
-        from ..llamacpp.deep_bench import resolve_pair
+        from .deep import resolve_pair
 
         target, draft = resolve_pair(c.target, c.draft_model)
     backend = TransformersBackend(model=target, draft_model=(draft or "auto") if c.draft else None)

@@ -1,4 +1,4 @@
-"""The tiny LFM2 built to copy (``backends.llamacpp.copier``): it continues its prompt, as an extraction reply
+"""The tiny LFM2 built to copy (``evals.synthetic.copier``): it continues its prompt, as an extraction reply
 quotes its excerpt, so speculation on a hybrid model drafts, is accepted, is rejected part way and rolls its
 recurrent state back on real replies, not only on scripted drafts; replies stay those of plain decoding."""
 
@@ -78,7 +78,7 @@ def test_speculation_drafts_rolls_back_and_equals_plain_on_its_replies(engine: E
 
 
 def test_only_lfm2_has_copying_weights(tmp_path: Path) -> None:
-    from minions.backends.llamacpp.tiny import write_tiny_model
+    from minions.evals.synthetic.tiny import write_tiny_model
 
     with pytest.raises(ConfigError, match="lfm2"):
         write_tiny_model(tmp_path / "x.gguf", "granitehybrid", tokenizer_from=REPORT, copies=True)

@@ -11,12 +11,12 @@ import pytest
 
 from minions.cli import main
 from minions.errors import ConfigError
-from minions.protocols.fleet_bench import FleetBenchConfig, fleet_bench
+from minions.evals.bench.fleet import FleetBenchConfig, fleet_bench
 from tests.backends.test_fleet import EchoServer
 from tests.conftest import BENCHMARK_DATA, ServerStarter
 from tests.loopback import serving
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
 
 
 def test_bench_prints_runs_and_a_summary(capsys: pytest.CaptureFixture[str]) -> None:

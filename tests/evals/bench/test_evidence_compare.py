@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from minions.evals.bench import EvidenceBenchConfig, evidence_bench
+from minions.evals.bench.evidence import EvidenceBenchConfig, evidence_bench
 
-from .conftest import DATA, needs
+from ..conftest import DATA, needs
 
 FB = DATA / "financebench"
 CAPEX = "financebench_id_03029"  # 3M 2018 capital expenditure: the cash flow statement, page 60

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from minions.cli import main
-from minions.documents.bench import find_pdf, pdf_bench
 from minions.errors import DocumentNotFoundError
+from minions.evals.bench.pdf import find_pdf, pdf_bench
 
-from .doc_helpers import make_pdf
+from ...minions.doc_helpers import make_pdf
 
 
 @pytest.fixture

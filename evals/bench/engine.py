@@ -32,16 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from minions.backends.llamacpp.defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
+from minions.backends.settings import cpu_threads
 from minions.errors import ConfigError
 from minions.paths import benchmark_data
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
-from ..settings import cpu_threads
-from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
-
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
-    from .engine import Engine
-    from .ffi import LlamaModel
+    from minions.backends.llamacpp.engine import Engine
+    from minions.backends.llamacpp.ffi import LlamaModel
 
 __all__ = [
     "INSTRUCTIONS",
@@ -156,7 +155,7 @@ def one_at_a_time(
     model_path: str | os.PathLike[str], requests: Sequence[ChatRequest], *, n_ctx: int
 ) -> list[BaselineReply]:
     """Each job through ``Llama.create_chat_completion`` after ``reset()``, as the backend used to, greedy."""
-    from .ffi import import_llama_cpp
+    from minions.backends.llamacpp.ffi import import_llama_cpp
 
     llm = import_llama_cpp().Llama(
         model_path=str(model_path), n_ctx=n_ctx, n_threads=cpu_threads(), n_batch=512, verbose=False
@@ -193,7 +192,7 @@ def one_at_a_time(
 
 def _sequential_engine(model_path: Path, requests: Sequence[ChatRequest], config: BenchConfig) -> list[BaselineReply]:
     """Each job alone through the engine: one sequence, no prefix sharing."""
-    from .engine import Engine, EngineConfig
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
 
     engine = Engine(model_path, EngineConfig(n_ctx=config.n_ctx, max_seqs=1, share_prefixes=False,
                                                 speculate=config.speculate))  # fmt: skip
@@ -259,9 +258,9 @@ def engine_bench(
     data: str | os.PathLike[str] | None, config: BenchConfig | None = None, make_jobs: JobMaker | None = None
 ) -> dict[str, Any]:
     """Run the benchmark; one flat dict (the CLI prints it as one JSON line)."""
-    from .engine import Engine, EngineConfig
-    from .ffi import LlamaModel
-    from .quantize import default_local_model
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
+    from minions.backends.llamacpp.ffi import LlamaModel
+    from minions.backends.llamacpp.quantize import default_local_model
 
     c = config or BenchConfig()
     pdf = find_document(data, c.document)

@@ -2,7 +2,7 @@
 
 ``--target deep`` builds (once, then from the cache) SmolLM2 widened into a target that costs what a ~1B model
 costs per token (``deep``), and drafts for it with SmolLM2 itself; ``--target PATH --draft PATH`` measures any
-pair with one vocabulary. Before the speculative bench's lines (``speculative.bench``, run on the target with
+pair with one vocabulary. Before the speculative bench's lines (``bench.speculative``, run on the target with
 the draft model as one more drafter), these lines say what regime the pair is in:
 
 - ``models``: each model's size and greedy decode tokens per second (best of ``repeats``, interleaved), and
@@ -41,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from ..speculation.speculator import K_MAX
-from .bench import BenchConfig, find_document, load_chunks
-from .speculative.bench import SpecBenchConfig, _jobs, speculative_bench
+from minions.backends.speculation.speculator import K_MAX
+
+from .engine import BenchConfig, find_document, load_chunks
+from .speculative import SpecBenchConfig, _jobs, speculative_bench
 
 __all__ = [
     "VERIFY_TOKENS",
@@ -73,8 +74,9 @@ TREE_GAIN = 1.2
 
 def resolve_pair(target: str, draft: str | None) -> tuple[Path, Path]:
     """``deep`` (the default recipe, built once) or a GGUF path; the draft defaults to the engine's SmolLM2."""
-    from .deep import deep_model
-    from .quantize import default_local_model
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    from ..synthetic.deep import deep_model
 
     target_path = deep_model() if target == "deep" else Path(target)
     return target_path, Path(draft) if draft else default_local_model()
@@ -101,7 +103,7 @@ def call_costs(
     """Seconds of one call of each shape (the tokens each sequence carries, in the order of their ids; 0: that
     sequence is not in the call), logits for each token, every sequence holding ``prefix`` tokens; the median of
     ``repeats`` rounds over the shapes, after a round that warms them up."""
-    from .ffi import LlamaContext, LlamaModel, TokenBatch
+    from minions.backends.llamacpp.ffi import LlamaContext, LlamaModel, TokenBatch
 
     model = LlamaModel(path)
     seqs = max(len(shape) for shape in shapes.values())
@@ -181,9 +183,9 @@ def agreement(target: Path, draft: Path, jobs: Sequence[Any], *, n_threads: int)
     """The target's greedy replies to ``jobs`` (plain decoding), and the share of their tokens that the draft's
     greedy choice after the same tokens equals (``agreement``; ``rank_shares``: its first to ``RANKS``-th
     choice): one call over each prompt and reply on the draft."""
-    from .engine import Engine, EngineConfig
-    from .ffi import LlamaContext, LlamaModel, TokenBatch
-    from .sampling import GrammarCache, GrammarState
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
+    from minions.backends.llamacpp.ffi import LlamaContext, LlamaModel, TokenBatch
+    from minions.backends.llamacpp.sampling import GrammarCache, GrammarState
 
     with_target = Engine(target, EngineConfig(max_seqs=len(jobs), n_threads=n_threads, speculate=False))
     try:
@@ -297,7 +299,7 @@ def _trees(over: float, over_flat: float) -> str:
 
 
 def _speeds(paths: Sequence[Path], n_threads: int, repeats: int) -> list[float]:
-    from .quantize import measure_speed
+    from minions.backends.llamacpp.quantize import measure_speed
 
     best = [0.0] * len(paths)
     for _ in range(repeats):  # interleaved: a burst of load falls on both
@@ -312,8 +314,8 @@ def deep_bench(
     """The three lines of the module's docstring, then the speculative bench on ``target`` (``deep`` or a GGUF)
     with ``config.draft`` (default: the engine's SmolLM2) as its draft model; each line as soon as it is
     measured."""
-    from .engine import EngineConfig
-    from .ffi import LlamaModel
+    from minions.backends.llamacpp.engine import EngineConfig
+    from minions.backends.llamacpp.ffi import LlamaModel
 
     pdf = find_document(data, config.document)  # before minutes of building and measuring
     target_path, draft_path = resolve_pair(target, config.draft)

@@ -18,8 +18,8 @@ spread over a few units: replies then depend on the prompt and wander, with some
 Random replies cannot be guessed, so speculation drafts next to nothing on these. ``copies=True`` writes an LFM2
 whose weights continue the prompt instead (``copier``: an induction head), whose replies quote their excerpt.
 
-    python -m minions.backends.llamacpp.tiny lfm2 /tmp/tiny-lfm2.gguf
-    python -m minions.backends.llamacpp.tiny lfm2 /tmp/tiny-lfm2-copier.gguf --copies
+    python -m minions.evals.synthetic.tiny lfm2 /tmp/tiny-lfm2.gguf
+    python -m minions.evals.synthetic.tiny lfm2 /tmp/tiny-lfm2-copier.gguf --copies
 """
 
 from __future__ import annotations

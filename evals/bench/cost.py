@@ -17,17 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
-from minions.backends.llamacpp.bench import BenchConfig
 from minions.backends.registry import default_local, resolve
 from minions.chunking import Chunk
 from minions.documents import load_document
 from minions.errors import ConfigError
+from minions.evals.bench.engine import BenchConfig
 from minions.paths import benchmark_data
+from minions.protocols.evidence.jobs import Job, job_request
+from minions.protocols.evidence.quotes import quote_schema
+from minions.protocols.minions_protocol import Minions
 from minions.types import ChatRequest, SamplingParams
-
-from .evidence.jobs import Job, job_request
-from .evidence.quotes import quote_schema
-from .minions_protocol import Minions
 
 __all__ = ["BENCH_OPTIONS", "cost_bench", "financebench_items", "production_jobs"]
 

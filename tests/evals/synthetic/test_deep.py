@@ -1,4 +1,4 @@
-"""The widened SmolLM2 target (``backends.llamacpp.deep``): built once, loaded by the engine, close to SmolLM2."""
+"""The widened SmolLM2 target (``evals.synthetic.deep``): built once, loaded by the engine, close to SmolLM2."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[float, Path
     """Targets with 256 more hidden units per layer, in SmolLM2's own Q4_0, unperturbed and perturbed, built
     through ``deep_model`` in a cache dir of their own."""
     pytest.importorskip("gguf", reason="the gguf package writes the target: pip install -e '.[dev]'")
-    from minions.backends.llamacpp.deep import DeepRecipe, deep_model
     from minions.backends.llamacpp.quantize import default_local_model
+    from minions.evals.synthetic.deep import DeepRecipe, deep_model
 
     source = default_local_model()  # converted in the user's cache, before the cache dir moves
     with pytest.MonkeyPatch.context() as mp:
@@ -73,7 +73,7 @@ def test_only_the_feed_forward_grows(built: dict[float, Path]) -> None:
 
 @pytest.mark.slow
 def test_built_once_and_found_in_the_cache(built: dict[float, Path]) -> None:
-    from minions.backends.llamacpp.deep import DeepRecipe, deep_model
+    from minions.evals.synthetic.deep import DeepRecipe, deep_model
 
     stamp = built[0.1].stat().st_mtime_ns
     with pytest.MonkeyPatch.context() as mp:
@@ -98,7 +98,7 @@ def test_unperturbed_target_decodes_as_smollm2(built: dict[float, Path]) -> None
 
 @pytest.mark.slow
 def test_smollm2_guesses_most_of_the_perturbed_targets_tokens(built: dict[float, Path]) -> None:
-    from minions.backends.llamacpp.deep_bench import agreement
+    from minions.evals.bench.deep import agreement
 
     report = agreement(built[0.1], _source(), _jobs(48), n_threads=1)
     assert report["tokens"] >= 60
@@ -113,7 +113,7 @@ def test_agreement_drafts_under_the_jobs_grammar(built: dict[float, Path]) -> No
     """A job with a JSON schema: the draft picks among what the grammar allows, as the engine's draft model does,
     so a target that decodes as its draft agrees on every token, the JSON's opening included (which SmolLM2
     alone would write as prose)."""
-    from minions.backends.llamacpp.deep_bench import agreement
+    from minions.evals.bench.deep import agreement
 
     schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
     job = ChatRequest([Message("user", PROMPTS[0])], SamplingParams(max_tokens=24, json_schema=schema))
@@ -123,7 +123,7 @@ def test_agreement_drafts_under_the_jobs_grammar(built: dict[float, Path]) -> No
 
 def test_chain_bound_follows_the_cost_curve() -> None:
     """A flat curve lets long chains pay; a steep one caps them; no acceptance leaves plain decoding."""
-    from minions.backends.llamacpp.deep_bench import chain_bound
+    from minions.evals.bench.deep import chain_bound
 
     flat = {k: 1.0 + 0.02 * (k - 1) for k in range(1, 33)}
     steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 33)}
@@ -137,7 +137,7 @@ def test_chain_bound_follows_the_cost_curve() -> None:
 def test_a_tree_gains_over_a_chain_only_where_the_curve_is_flat() -> None:
     """One child a node is ``chain_bound``'s chain; second choices that are right often pay on a flat curve and
     not on a steep one, where verifying their tokens costs more than they bring."""
-    from minions.backends.llamacpp.deep_bench import chain_bound, tree_bound
+    from minions.evals.bench.deep import chain_bound, tree_bound
 
     flat = {k: 1.0 + 0.02 * (k - 1) for k in range(1, 33)}
     steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 33)}
@@ -158,7 +158,7 @@ def test_a_tree_gains_over_a_chain_only_where_the_curve_is_flat() -> None:
 def test_batch_costs_price_a_verify_step_over_a_batch() -> None:
     """``batch_costs``: a call over ``n`` tokens of each sequence against one of one token each, and a drafted
     position; the same model as target and draft costs the same per position."""
-    from minions.backends.llamacpp.deep_bench import batch_costs
+    from minions.evals.bench.deep import batch_costs
 
     line = batch_costs(_source(), _source(), 2, n_threads=1, repeats=2, k_max=2)
     assert line["batch"] == 2 and set(line["verify_cost"]) == {1, 2, 3} and line["verify_cost"][1] == 1.0
@@ -172,7 +172,7 @@ def test_batch_costs_price_a_verify_step_over_a_batch() -> None:
 def test_the_batch_bound_says_whether_a_chain_can_pay() -> None:
     """Over a batch whose calls grow with every token (compute-bound) no chain pays, and the words say so; over
     a flatter curve they name the gain and the depth."""
-    from minions.backends.llamacpp.deep_bench import _batch_words, chain_bound
+    from minions.evals.bench.deep import _batch_words, chain_bound
 
     bound_curve = {n: float(n) for n in range(1, 10)}
     bound = chain_bound(0.9, bound_curve, 0.15)

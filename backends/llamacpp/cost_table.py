@@ -13,8 +13,8 @@ from pathlib import Path
 
 from minions.paths import cache_dir
 
-from ...speculation.depth import CostCurve, CostTable, time_rounds
-from ..ffi import LlamaContext, LlamaModel, TokenBatch
+from ..speculation.depth import CostCurve, CostTable, time_rounds
+from .ffi import LlamaContext, LlamaModel, TokenBatch
 
 __all__ = ["load_or_measure_cost_table", "measure_cost_table"]
 

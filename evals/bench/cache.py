@@ -22,8 +22,7 @@ from minions.backends.llamacpp.engine import EngineConfig
 from minions.backends.llamacpp.kvstore import KVStore
 from minions.documents import load_document
 from minions.errors import ConfigError
-
-from .factory import get_protocol
+from minions.protocols.factory import get_protocol
 
 __all__ = ["DEFAULT_QUESTIONS", "CacheBenchConfig", "cache_bench"]
 

@@ -41,12 +41,11 @@ from dataclasses import dataclass
 from subprocess import DEVNULL
 from typing import TYPE_CHECKING, Any
 
+from minions.backends.speculation.speculator import K_MAX
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
-from ...speculation.speculator import K_MAX
-
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from minions.backends.llamacpp.engine import Engine
 
 __all__ = ["SpecBenchConfig", "speculative_bench"]
 
@@ -105,7 +104,7 @@ class SpecBenchConfig:
 
 
 def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatRequest]:
-    from ..bench import INSTRUCTIONS, BenchConfig, bench_jobs
+    from .engine import INSTRUCTIONS, BenchConfig, bench_jobs
 
     if setting == "extraction":
         cfg = BenchConfig(instructions=INSTRUCTIONS[: c.jobs_per_chunk], max_tokens=c.max_tokens)
@@ -120,7 +119,7 @@ def _jobs(setting: str, chunks: Sequence[str], c: SpecBenchConfig) -> list[ChatR
 
 
 def _compare(engine: Engine, plain: Sequence[ChatResult], spec: Sequence[ChatResult], eps: float) -> dict[str, int]:
-    from ..bench import divergence_report
+    from .engine import divergence_report
 
     pairs = [(list(r.stats["token_ids"]), list(g.stats["token_ids"])) for r, g in zip(plain, spec, strict=True)]
     report = divergence_report(
@@ -168,10 +167,11 @@ def speculative_bench(
     data: str | os.PathLike[str] | None, config: SpecBenchConfig | None = None
 ) -> list[dict[str, Any]]:
     """Run every setting at every batch size; one flat dict each (the CLI prints them as JSON lines)."""
-    from ..bench import BenchConfig, find_document, load_chunks
-    from ..engine import Engine, EngineConfig
-    from ..quantize import default_local_model
-    from .cost import load_or_measure_cost_table
+    from minions.backends.llamacpp.cost_table import load_or_measure_cost_table
+    from minions.backends.llamacpp.engine import Engine, EngineConfig
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    from .engine import BenchConfig, find_document, load_chunks
 
     c = config or SpecBenchConfig()
     pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once

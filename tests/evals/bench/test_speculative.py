@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from minions.backends.llamacpp.speculative import bench
-from minions.backends.llamacpp.speculative.bench import SpecBenchConfig, speculative_bench
 from minions.backends.speculation import NullSpeculator
+from minions.evals.bench import speculative as bench
+from minions.evals.bench.speculative import SpecBenchConfig, speculative_bench
 
 
 class StepsEngine:
@@ -90,7 +90,7 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_busy_process_stops_when_the_bench_is_killed() -> None:
-    code = "from minions.backends.llamacpp.speculative.bench import _spin; print(_spin().pid, flush=True)"
+    code = "from minions.evals.bench.speculative import _spin; print(_spin().pid, flush=True)"
     out = subprocess.run([sys.executable, "-c", f"{code}; import os; os._exit(0)"], capture_output=True, text=True)
     pid = int(out.stdout)  # its parent ended without killing it
     deadline = time.monotonic() + 10

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ...speculation.drafters import Constraint, DrafterBase
-from ...speculation.speculator import size_class
-from ..ffi import LlamaContext, LlamaModel, TokenBatch
-from ..slots import common_prefix
+from ..speculation.drafters import Constraint, DrafterBase
+from ..speculation.speculator import size_class
+from .ffi import LlamaContext, LlamaModel, TokenBatch
+from .slots import common_prefix
 
 __all__ = ["DraftModel"]
 

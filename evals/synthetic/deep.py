@@ -20,7 +20,7 @@ and the graph stay SmolLM2's, and only the matrices that a token reads grow.
 
 ``deep_model()`` builds the default recipe once and keeps it under ``cache_dir()/models``, named by its recipe.
 
-    python -m minions.backends.llamacpp.deep            # build (or find) the default target, print its path
+    python -m minions.evals.synthetic.deep            # build (or find) the default target, print its path
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def deep_path(recipe: DeepRecipe, source: Path) -> Path:
 def deep_model(recipe: DeepRecipe = DEFAULT_RECIPE, source: str | os.PathLike[str] | None = None) -> Path:
     """The target of ``recipe`` built from ``source`` (default: the engine's default SmolLM2, Q4_0), built once
     (atomically: a temporary file, then a rename) and then found in the cache."""
-    from .quantize import default_local_model
+    from minions.backends.llamacpp.quantize import default_local_model
 
     src = Path(source) if source is not None else default_local_model()
     target = deep_path(recipe, src)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from minions.errors import ConfigError
-from minions.protocols.cache_bench import CacheBenchConfig, cache_bench
+from minions.evals.bench.cache import CacheBenchConfig, cache_bench
 
 TEXT = " ".join(
     [

@@ -6,9 +6,9 @@ import json
 
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
-from minions.protocols import bench
+from minions.evals.bench import cost as bench
 
-from .helpers import final, job_reply, make_text, plan
+from ...protocols.helpers import final, job_reply, make_text, plan
 
 
 def test_cost_bench_counts_remote_only_and_measures_minions(tmp_path, monkeypatch, remote):
@@ -31,8 +31,8 @@ def test_cost_bench_counts_remote_only_and_measures_minions(tmp_path, monkeypatc
 
 
 def test_the_engine_bench_sends_the_production_job_prompt_and_schema():
-    from minions.backends.llamacpp.bench import BenchConfig
     from minions.chunking import Chunk
+    from minions.evals.bench.engine import BenchConfig
     from minions.protocols.evidence.jobs import job_request
 
     chunks = ["Net sales were $32.8 billion in 2018. Operating income was $7.2 billion.", make_text(2)]

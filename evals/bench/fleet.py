@@ -35,9 +35,8 @@ from minions.backends.registry import resolve
 from minions.chunking import DEFAULT_CHUNK_SIZE, Chunk, chunk_document
 from minions.documents import load_document
 from minions.errors import ConfigError
+from minions.protocols.evidence.jobs import job_messages, scored_request
 from minions.types import ChatRequest, SamplingParams
-
-from .evidence.jobs import job_messages, scored_request
 
 __all__ = ["FleetBenchConfig", "fleet_bench"]
 
