@@ -3,7 +3,7 @@
     from minions.apps import AppConfig, create_app
     app = create_app(AppConfig(port=8765))      # an ASGI app: uvicorn.run(app, ...)
 
-Names load on first use, so that ``minions.cli`` can add its ``app`` and ``serve`` commands without
+Names load on first use, so that ``minions.apps.cli.main`` can add its ``app`` and ``serve`` commands without
 importing FastAPI.
 """
 

@@ -9,6 +9,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from minions.paths import benchmark_data
+
 from .bamboo import load_bamboo_paperqa
 from .errors import EvalError, UnknownDatasetError
 from .financebench import load_financebench
@@ -18,7 +20,15 @@ from .longhealth import load_longhealth
 from .pubmedqa import load_pubmedqa
 from .qasper import load_qasper
 
-__all__ = ["DATASETS", "DatasetSpec", "dataset_spec", "describe_datasets", "load_dataset"]
+__all__ = [
+    "DATASETS",
+    "DATA_FOLDERS",
+    "DatasetSpec",
+    "dataset_path",
+    "dataset_spec",
+    "describe_datasets",
+    "load_dataset",
+]
 
 
 @dataclass(frozen=True)
@@ -108,3 +118,13 @@ def load_dataset(name: str, path: str | Path, **options: Any) -> Dataset:
 
 def describe_datasets() -> Mapping[str, str]:
     return {name: f"{spec.description}; --data: {spec.expected}" for name, spec in DATASETS.items()}
+
+
+DATA_FOLDERS = {"leval-scientific": "leval", "leval-financial": "leval", "bamboo-paperqa": "bamboo"}
+"""The folder under ``$MINIONS_DATA`` that ``--data`` defaults to, where it is not the dataset's own name."""
+
+
+def dataset_path(name: str, data: str | Path | None) -> Path:
+    """Where dataset ``name``'s files are: ``data`` (``--data``), else its folder under ``$MINIONS_DATA``."""
+    spec = dataset_spec(name)
+    return benchmark_data(DATA_FOLDERS.get(spec.name, spec.name), data, expected=spec.expected)

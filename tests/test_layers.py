@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYER = {"minions": 0, "backends": 1, "protocols": 2, "evals": 3, "apps": 3}
 MODULE_LAYER = {"minions": 0, "minions.backends": 1, "minions.protocols": 2, "minions.evals": 3, "minions.apps": 3}
 # The entry points sit above everything and import lazily: the CLI and the package's lazy public API.
-ENTRY_POINTS = {ROOT / "minions" / "cli.py", ROOT / "minions" / "__init__.py"}
+ENTRY_POINTS = {ROOT / "minions" / "__main__.py", ROOT / "minions" / "__init__.py"}
 
 
 def _imported_layer(name: str) -> int | None:

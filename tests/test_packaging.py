@@ -55,6 +55,6 @@ def test_the_package_data_globs_match_files() -> None:
 
 def test_the_cli_runs_without_the_pytorch_extra() -> None:
     """The wheel's dependencies leave torch out (it is the ``pytorch`` extra): the CLI must start without it."""
-    code = "import sys; sys.modules['torch'] = None; from minions.cli import main; main(['models', '--help'])"
+    code = "import sys; sys.modules['torch'] = None; from minions.apps.cli.main import main; main(['models', '--help'])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

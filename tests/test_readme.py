@@ -91,7 +91,7 @@ def test_the_demo_prints_the_answer_the_readme_shows() -> None:
     assert shown is not None
     question = re.search(r"^QUESTION \?= (.*)$", (ROOT / "Makefile").read_text(encoding="utf-8"), re.MULTILINE)
     assert question is not None
-    demo = ["minions.cli", "ask", "examples/northwind-annual-report-2025.md", question.group(1)]
+    demo = ["minions", "ask", "examples/northwind-annual-report-2025.md", question.group(1)]
     proc = subprocess.run([sys.executable, "-m", *demo], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith(shown.group(1)), proc.stdout[:1000]

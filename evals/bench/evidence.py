@@ -69,8 +69,7 @@ from minions.protocols.search.library import Library, search_library
 from minions.protocols.search.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
 from minions.protocols.search.ranking import Ranked, lexical_rank
 
-from ..cli import dataset_path
-from ..datasets import load_dataset
+from ..datasets import dataset_path, load_dataset
 from ..errors import EvalError
 from ..evidence import RECALL_AT, evidence_scores
 from ..financebench import load_financebench

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from minions.apps.cli.main import main
 from minions.backends.hub import find_pulled, list_pulled, parse_spec, pull, quantization_of
 from minions.backends.models import resolve_model_path
-from minions.cli import main
 from minions.errors import ConfigError, DownloadError, ModelNotFoundError
 from tests.loopback import LoopbackServer, serving
 

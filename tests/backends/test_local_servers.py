@@ -33,7 +33,7 @@ ASK_TIMEOUT_S = 600
 def ask(local: str) -> tuple[dict[str, Any], float]:
     """``minions ask DEMO QUESTION --local LOCAL --json`` in a process of its own: its result and its wall time.
     The embedded engine starts with no saved prompt states (a folder of its own), as a server starts with none."""
-    command = [sys.executable, "-m", "minions.cli", "ask", str(DEMO), QUESTION, "--local", local, "--json"]
+    command = [sys.executable, "-m", "minions", "ask", str(DEMO), QUESTION, "--local", local, "--json"]
     with tempfile.TemporaryDirectory(prefix="minions-kv-") as kv:
         start = time.perf_counter()
         env = {**os.environ, "MINIONS_KV_CACHE_DIR": kv}

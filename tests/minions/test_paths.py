@@ -11,8 +11,8 @@ import pytest
 from minions.errors import ConfigError
 from minions.paths import DATA_ENV, benchmark_data
 
+from ..apps.cli.test_main import assert_one_line_error, run_cli
 from .doc_helpers import make_pdf
-from .test_cli import assert_one_line_error, run_cli
 
 SERVER = "openai-compatible/m@http://127.0.0.1:9/v1"  # never called: the data is missing first
 MODELS = ("--local", SERVER, "--remote", SERVER)

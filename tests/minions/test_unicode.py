@@ -67,7 +67,7 @@ def test_minions_ask_takes_undecodable_arguments_on_the_real_model(tmp_path: Pat
     tokenizer would fail on them. The CLI answers instead, with no traceback."""
     folder = os.fsencode(tmp_path)
     (Path(os.fsdecode(folder + b"/note-\xff.txt"))).write_text(NOTE)
-    argv = [sys.executable.encode(), b"-m", b"minions.cli", b"ask", folder + b"/note-\xff.txt",
+    argv = [sys.executable.encode(), b"-m", b"minions", b"ask", folder + b"/note-\xff.txt",
             b"What was revenue in the first quarter? \xff\xfe", b"--protocol", b"local"]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, timeout=300, env={**os.environ, "MINIONS_REMOTE": ""})
     err = proc.stderr.decode("utf-8", "replace")

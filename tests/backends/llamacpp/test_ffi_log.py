@@ -54,7 +54,7 @@ def test_verbose_is_the_variable_else_debug_logging(monkeypatch, value, debug, e
 @pytest.mark.slow
 def test_the_demo_starts_with_its_answer(tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "minions.cli", "ask", str(DEMO), QUESTION],
+        [sys.executable, "-m", "minions", "ask", str(DEMO), QUESTION],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

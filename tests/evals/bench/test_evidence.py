@@ -34,7 +34,7 @@ def test_lexical_curves_per_item_and_in_the_summary():
 def test_the_local_side_passes_on_what_it_read_with_its_pages(benchmark_data):
     # no --data: the command finds the checkout through $MINIONS_DATA, as a user's would
     out = subprocess.run(
-        [sys.executable, "-m", "minions.cli", "bench", "evidence", "--id", CAPEX, "--items", "--read-chunks", "3"],
+        [sys.executable, "-m", "minions", "bench", "evidence", "--id", CAPEX, "--items", "--read-chunks", "3"],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
     item, summary = (json.loads(line) for line in out.stdout.splitlines())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from minions.cli import main
+from minions.apps.cli.main import main
 from minions.errors import ConfigError
 from minions.evals.bench.fleet import FleetBenchConfig, fleet_bench
 from tests.backends.test_fleet import EchoServer

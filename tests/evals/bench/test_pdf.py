@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minions.cli import main
+from minions.apps.cli.main import main
 from minions.errors import DocumentNotFoundError
 from minions.evals.bench.pdf import find_pdf, pdf_bench
 

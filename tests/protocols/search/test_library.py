@@ -269,7 +269,7 @@ def test_ask_routes_ranks_and_names_document_and_place_of_the_evidence() -> None
 
 
 def test_the_index_cli_adds_folders_and_reports_each_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from minions.cli import main
+    from minions.apps.cli.main import main
 
     root = folder(tmp_path)
     assert main(["index", str(root), "--library", str(tmp_path / "lib"), "--json"]) == 0
@@ -302,7 +302,7 @@ def test_a_cover_whose_name_came_out_broken_is_still_found_by_its_rarest_word() 
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
     from rich.console import Console
 
-    from minions.render import print_result
+    from minions.apps.cli.render import print_result
 
     library = Library(local=ScriptedBackend(responder=lambda m, p: quote_reply(p, "$515 million", "$515 million")))
     for name in DOCS:

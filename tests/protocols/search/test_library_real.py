@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minions.cli import main
+from minions.apps.cli.main import main
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from minions.apps.index_cli import progress_line
+from minions.apps.cli.library import progress_line
+from minions.apps.cli.main import main
 from minions.backends.llamacpp import LlamaCppBackend
 from minions.backends.llamacpp.engine import EngineConfig
 from minions.backends.llamacpp.kvstore import KVStore
 from minions.backends.scripted import ScriptedBackend
-from minions.cli import main
 from minions.documents import Document
 from minions.errors import ConfigError
 from minions.protocols.options import RunOptions

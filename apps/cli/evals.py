@@ -5,7 +5,7 @@
     minions eval report FILE.jsonl... --out DIR
     minions eval datasets
 
-``minions/cli.py`` mounts these with ``add_eval_parser``; bad input raises a MinionsError subclass, which the
+``apps/cli/main.py`` mounts these with ``add_eval_parser``; bad input raises a MinionsError subclass, which the
 CLI prints as one line (exit status 2). Protocols and matplotlib are imported inside the commands.
 """
 
@@ -18,21 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minions.paths import benchmark_data
-
-from .datasets import DATASETS, dataset_spec, describe_datasets, load_dataset
-from .errors import EvalError
+from minions.evals.datasets import DATASETS, dataset_path, describe_datasets, load_dataset
+from minions.evals.errors import EvalError
 
 if TYPE_CHECKING:
-    from .runner import RunSummary
+    from minions.evals.runner import RunSummary
 
 __all__ = ["add_eval_parser", "cmd_eval_datasets", "cmd_eval_report", "cmd_eval_run"]
 
 AddModelOptions = Callable[[argparse.ArgumentParser], None]
 ResolveModels = Callable[[argparse.Namespace], tuple[Any, Any]]
-
-DATA_FOLDERS = {"leval-scientific": "leval", "leval-financial": "leval", "bamboo-paperqa": "bamboo"}
-"""The folder under ``$MINIONS_DATA`` that ``--data`` defaults to, where it is not the dataset's own name."""
 
 
 def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
@@ -51,12 +46,6 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict[str, Any]:
 
 def _data_path(args: argparse.Namespace) -> str:
     return str(dataset_path(args.dataset, args.data))
-
-
-def dataset_path(name: str, data: str | Path | None) -> Path:
-    """Where dataset ``name``'s files are: ``data`` (``--data``), else its folder under ``$MINIONS_DATA``."""
-    spec = dataset_spec(name)
-    return benchmark_data(DATA_FOLDERS.get(spec.name, spec.name), data, expected=spec.expected)
 
 
 def _progress(record: dict[str, Any], done: int, total: int) -> None:
@@ -81,7 +70,7 @@ def _print_summary(summary: RunSummary) -> None:
 
 
 def cmd_eval_run(args: argparse.Namespace, resolve_models: ResolveModels) -> int:
-    from .runner import run_eval, run_grid  # protocols load only when a run starts
+    from minions.evals.runner import run_eval, run_grid  # protocols load only when a run starts
 
     protocols = [p.strip() for group in (args.protocol or ["minions"]) for p in group.split(",") if p.strip()]
     dataset = load_dataset(args.dataset, _data_path(args), **_key_values(args.dataset_option, "--dataset-option"))
@@ -121,7 +110,7 @@ def cmd_eval_report(args: argparse.Namespace) -> int:
     missing = [p for p in args.results if not Path(p).is_file()]
     if missing:
         raise EvalError(f"No such results file: {', '.join(missing)}.")
-    from .report import write_report
+    from minions.evals.report import write_report
 
     md, png = write_report(args.results, args.out)
     print(md.read_text(encoding="utf-8"))

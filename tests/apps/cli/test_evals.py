@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from minions.apps.cli.main import main
 from minions.backends import registry
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend
-from minions.cli import main
 from minions.cost import Price
 
-from .conftest import LONGHEALTH_MINI, local_reply, remote_reply
+from ...evals.conftest import LONGHEALTH_MINI, local_reply, remote_reply
 
 
 @pytest.fixture(autouse=True)

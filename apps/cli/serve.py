@@ -1,4 +1,4 @@
-"""``minions app`` (the chat app) and ``minions serve`` (the OpenAI-compatible API), for ``minions.cli``.
+"""``minions app`` (the chat app) and ``minions serve`` (the OpenAI-compatible API), for ``minions.apps.cli.main``.
 
     minions app   [--port 8765] [--host 127.0.0.1] [--token T] [--data-dir DIR] [--local M] [--remote M]
     minions serve [--port 8000] ...
@@ -20,7 +20,7 @@ from typing import Any
 from minions.errors import ConfigError
 from minions.paths import cache_dir, writable_dir
 
-from .config import APP_PORT, DATA_DIR_ENV, DEFAULT_HOST, MAX_REQUEST_BYTES, SERVE_PORT, TOKEN_ENV, AppConfig
+from ..config import APP_PORT, DATA_DIR_ENV, DEFAULT_HOST, MAX_REQUEST_BYTES, SERVE_PORT, TOKEN_ENV, AppConfig
 
 __all__ = ["add_app_parsers", "cmd_app", "cmd_serve"]
 
@@ -39,7 +39,7 @@ def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPars
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve)
 
-    from .index_cli import add_index_parsers
+    from .library import add_index_parsers
 
     add_index_parsers(sub, add_model_options)
 
@@ -73,7 +73,7 @@ def _serve(args: argparse.Namespace, *, ui: bool) -> int:
     try:
         import uvicorn
 
-        from .web import create_app
+        from ..web import create_app
     except ImportError as exc:
         raise ConfigError(
             f"The app needs fastapi, uvicorn and python-multipart ({exc}): pip install fastapi uvicorn python-multipart"

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from minions.cli import main
+from minions.apps.cli.main import main
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -93,14 +93,14 @@ def test_no_question(capsys) -> None:
 
 def test_debug_shows_the_traceback(tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "minions.cli", "--debug", "ask", str(tmp_path / "x.txt"), "q"],
+        [sys.executable, "-m", "minions", "--debug", "ask", str(tmp_path / "x.txt"), "q"],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
     proc = subprocess.run(
-        [sys.executable, "-m", "minions.cli", "ask", str(tmp_path / "x.txt"), "q"],
+        [sys.executable, "-m", "minions", "ask", str(tmp_path / "x.txt"), "q"],
         capture_output=True,
         text=True,
         timeout=60,

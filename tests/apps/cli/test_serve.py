@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from minions.cli import build_parser, main
+from minions.apps.cli.main import build_parser, main
 
-from .conftest import free_port
+from ..conftest import free_port
 
 
 def test_both_commands_are_in_the_cli_with_loopback_defaults() -> None:
@@ -37,7 +37,7 @@ def test_listening_beyond_loopback_without_a_token_refuses_to_start(
 def test_serve_answers_the_openai_models_route(tmp_path: Path) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("MINIONS_APP_TOKEN", "MINIONS_REMOTE")}
-    command = [sys.executable, "-m", "minions.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path)]
+    command = [sys.executable, "-m", "minions", "serve", "--port", str(port), "--data-dir", str(tmp_path)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60

@@ -1,5 +1,5 @@
 """``minions index`` (add documents to a library), ``minions cache`` (what the library and the saved prompt states
-take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.cli``.
+take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.apps.cli.main``.
 
     minions index FILE|FOLDER... [--library DIR] [--warm]    per file: pages, chunks, added/unchanged/skipped, ETA
     minions cache [--json] | minions cache clear

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from minions.render import print_result, usage_table
+from minions.apps.cli.render import print_result, usage_table
 from minions.types import Usage
 
 
