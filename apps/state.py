@@ -26,9 +26,9 @@ from minions.unicode import valid_text
 
 from .config import AppConfig
 from .library import AppLibrary, UnsupportedUploadError, UploadTooLargeError
-from .reading import Reader
 from .runs import Runner, Settings
 from .store import Store
+from .warming import Reader
 
 __all__ = [
     "ApiError",
@@ -51,7 +51,7 @@ class AppState:
     library: AppLibrary
     runner: Runner
     reader: Reader = field(default_factory=Reader)
-    """Documents read ahead of questions (``apps.reading``)."""
+    """Documents read ahead of questions (``apps.warming``)."""
 
     def settings(self) -> Settings:
         """The saved settings over the defaults; a saved value that no longer validates is dropped, and a saved

@@ -189,7 +189,7 @@ def _with_reading(state: AppState, record: DocumentRecord, indexed: dict[str, in
 
 
 def _read_ahead(state: AppState, records: list[DocumentRecord]) -> None:
-    """Start reading ``records`` ahead of questions on the settings' local model (``apps.reading``), when the app
+    """Start reading ``records`` ahead of questions on the settings' local model (``apps.warming``), when the app
     is configured to (``AppConfig.warm_chunk_states``)."""
     if not state.config.warm_chunk_states:
         return

@@ -30,7 +30,7 @@ class ModelInfo:
 
 def _local_default() -> ModelInfo:
     from .llamacpp.quantize import DEFAULT_QUANTIZATION
-    from .models import smollm2_path
+    from .model_files import smollm2_path
 
     if importlib.util.find_spec("llama_cpp") is None:
         return ModelInfo(DEFAULT_LOCAL, "local", False, "llama-cpp-python is not installed: run `make setup`")

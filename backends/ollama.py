@@ -51,7 +51,7 @@ from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timi
 
 from .address import on_this_device
 from .base import AskingBackend, Capabilities, MessagesLike, OnResult
-from .models import size_from_label
+from .model_files import size_from_label
 from .settings import count_from_env
 from .wire import first_error, glimpse, logprob_steps
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from minions.backends import registry
-from minions.backends.models import smollm2_path
+from minions.backends.model_files import smollm2_path
 from minions.paths import DATA_ENV
 
 SERVER_START_TIMEOUT_S = 60.0

@@ -30,7 +30,7 @@ from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, as_messages
 
 from ..base import BaseBackend, Capabilities, MessagesLike, OnResult
-from ..models import resolve_model_path
+from ..model_files import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
 from .worker import submit

@@ -57,7 +57,7 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, EngineSequence, Lane, OnResult, OnToken, Scheduler
+from .scheduler import BatchStats, EngineSequence, Lane, OnResult, OnToken, RunSettings, Scheduler
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 
@@ -118,6 +118,22 @@ class EngineConfig:
         """``n_threads``, or all cores."""
         return cpu_threads(self.n_threads)
 
+    @property
+    def run_settings(self) -> RunSettings:
+        """What a run's lanes and steps read of this configuration (the scheduler takes plain values)."""
+        return RunSettings(
+            n_batch=self.n_batch,
+            threads=self.threads,
+            flash_attn=self.flash_attn,
+            max_seqs=self.max_seqs,
+            share_prefixes=self.share_prefixes,
+            min_copy_gain=self.min_copy_gain,
+            min_wait_gain=self.min_wait_gain,
+            prefill_first=self.prefill_first,
+            speculate=self.speculate,
+            k_max=self.k_max,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class EngineStats:
@@ -166,7 +182,7 @@ class Engine:
         self.model = LlamaModel(model_path)
         self.name = name or f"llamacpp/{self.model.path.name}"
         self.grammars = GrammarCache(self.model)
-        self.lane = Lane(self.model, c, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
+        self.lane = Lane(self.model, c.run_settings, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
         self._long_lane: Lane | None = None
         self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
         self.speculator = self._speculator() if c.speculate else NullSpeculator()
@@ -223,7 +239,7 @@ class Engine:
         speculator = self.speculator if speculate is None or speculate else NullSpeculator()
         run = Scheduler(
             self.model,
-            self.config,
+            self.config.run_settings,
             self.grammars,
             self.name,
             self.lane,
@@ -402,7 +418,7 @@ class Engine:
     def _long(self) -> Lane:
         if self._long_lane is None:
             log.info("making a %d-cell context for jobs larger than %d tokens", self.config.n_ctx, self.config.seq_ctx)
-            self._long_lane = Lane(self.model, self.config, n_seqs=1, seq_ctx=self.config.n_ctx)
+            self._long_lane = Lane(self.model, self.config.run_settings, n_seqs=1, seq_ctx=self.config.n_ctx)
         return self._long_lane
 
     def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> EngineSequence:

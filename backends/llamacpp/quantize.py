@@ -15,7 +15,7 @@ from typing import Any
 from minions.errors import ConfigError
 from minions.paths import cache_dir
 
-from ..models import smollm2_path
+from ..model_files import smollm2_path
 from ..settings import cpu_threads
 
 __all__ = ["DEFAULT_QUANTIZATION", "QUANT_TYPES", "default_local_model", "quantize"]

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +31,6 @@ from .prefixes import PrefixCache
 from .sampling import GrammarCache, SequenceSampler, TextStream
 from .slots import Slot, SlotTable, common_prefix
 
-if TYPE_CHECKING:
-    from .engine import EngineConfig
-
 __all__ = [
     "UTF8_SLACK",
     "BatchStats",
@@ -41,6 +38,7 @@ __all__ = [
     "Lane",
     "OnResult",
     "OnToken",
+    "RunSettings",
     "Scheduler",
     "SequencePhase",
     "chunk_size",
@@ -149,11 +147,28 @@ class EngineSequence:
         return len(self.prompt) + self.max_new + UTF8_SLACK
 
 
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """What a run's lanes and steps read of the engine's configuration, as plain values
+    (``EngineConfig.run_settings``; each field means what the ``EngineConfig`` field of its name means)."""
+
+    n_batch: int
+    threads: int
+    flash_attn: bool
+    max_seqs: int
+    share_prefixes: bool
+    min_copy_gain: int
+    min_wait_gain: int
+    prefill_first: bool
+    speculate: bool
+    k_max: int
+
+
 class Lane:
     """A context and its sequences: the batched one (max_seqs x seq_ctx), or one sequence of n_ctx for jobs
     too large for it."""
 
-    def __init__(self, model: LlamaModel, config: EngineConfig, *, n_seqs: int, seq_ctx: int) -> None:
+    def __init__(self, model: LlamaModel, config: RunSettings, *, n_seqs: int, seq_ctx: int) -> None:
         self.ctx = LlamaContext(
             model,
             seq_ctx=seq_ctx,
@@ -176,7 +191,7 @@ class Scheduler:
     def __init__(
         self,
         model: LlamaModel,
-        config: EngineConfig,
+        config: RunSettings,
         grammars: GrammarCache,
         name: str,
         lane: Lane,

@@ -35,6 +35,7 @@ from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, reply_start
 
 from ..base import BaseBackend, Capabilities, OnResult, cancelled_result, error_result
+from ..draft import DraftLoader, load_draft_model
 from ..settings import cpu_threads
 from ..speculation.depth import CostCurve
 from ..speculation.drafters import DraftTrees
@@ -58,7 +59,7 @@ DRAFT_CONTEXT = 4096
 
 def resolve_source(model: str | Path | None) -> Path:
     """The GGUF file or transformers folder ``model`` names; None or "default" is the embedded SmolLM2."""
-    from ..models import smollm2_path
+    from ..model_files import smollm2_path
 
     if model is None or str(model) in ("", "default"):
         return smollm2_path()
@@ -116,10 +117,12 @@ class TransformersBackend(BaseBackend):
         dtype: str = "float32",
         device: str = "cpu",
         draft_model: str | Path | None = "auto",
+        draft_loader: DraftLoader = load_draft_model,
     ) -> None:
         """``draft_model``: a GGUF with the model's vocabulary that llama.cpp runs to draft token trees; "auto":
         the model's own GGUF on the CPU when llama.cpp is installed (its quantized kernels draft several times
-        faster than PyTorch verifies); None: drafts come from the job's own text only."""
+        faster than PyTorch verifies); None: drafts come from the job's own text only. ``draft_loader`` runs it
+        (``backends.draft``: llama.cpp)."""
         self.source = resolve_source(model)
         self.name = f"transformers/{model if model not in (None, '') else 'default'}"
         self.spec = spec or SpecConfig(mode=speculation)
@@ -133,6 +136,7 @@ class TransformersBackend(BaseBackend):
         self._lltokenizer: Any = None
         self._speculation: Speculation | None = None
         self.draft_model = _draft_source(draft_model, self.source, device)
+        self.draft_loader = draft_loader
         self._drafter: DraftTrees | None = None
         self._paces: deque[float] = deque(maxlen=16)
         """Seconds a token of the latest one-at-a-time replies, decoding only."""
@@ -174,10 +178,8 @@ class TransformersBackend(BaseBackend):
     def drafter(self) -> DraftTrees | None:
         """The draft model, loaded on first use; None without one."""
         if self._drafter is None and self.draft_model is not None:
-            from ..llamacpp.draft_model import DraftModel
-
             vocab = int(self.model.config.vocab_size)
-            model = DraftModel(self.draft_model, n_seqs=1, seq_ctx=DRAFT_CONTEXT, n_threads=cpu_threads())
+            model = self.draft_loader(Path(self.draft_model), DRAFT_CONTEXT, cpu_threads())
             if model.model.n_vocab != vocab:
                 model.close()
                 raise ConfigError(

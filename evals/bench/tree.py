@@ -155,7 +155,7 @@ def _summary(results: Sequence[ChatResult]) -> dict[str, Any]:
 
 def _llamacpp_ms_per_token(jobs: Sequence[ChatRequest], n_threads: int | None, model: Path | None) -> float:
     from minions.backends.llamacpp.engine import Engine, EngineConfig
-    from minions.backends.models import smollm2_path
+    from minions.backends.model_files import smollm2_path
 
     path = model or smollm2_path()
     engine = Engine(path, EngineConfig(max_seqs=1, n_threads=n_threads, speculate=False, kv_cache=False))

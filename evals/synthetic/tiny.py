@@ -233,7 +233,7 @@ def _mamba2(blk: str, d: int, w: Any, rng: np.random.Generator) -> list[tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minions.backends.models import smollm2_path
+    from minions.backends.model_files import smollm2_path
 
     parser = argparse.ArgumentParser(description="Write a tiny random-weight hybrid GGUF model (tests, benchmarks).")
     parser.add_argument("arch", choices=sorted(ARCHITECTURES))

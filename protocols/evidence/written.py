@@ -40,7 +40,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from minions.backends.base import Backend
-from minions.backends.models import size_from_label
+from minions.backends.model_files import size_from_label
 from minions.errors import BackendError
 from minions.events import AnswerToken, emit
 from minions.loops import repeating

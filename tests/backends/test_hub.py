@@ -23,7 +23,7 @@ import pytest
 
 from minions.apps.cli.main import main
 from minions.backends.hub import find_pulled, list_pulled, parse_spec, pull, quantization_of
-from minions.backends.models import resolve_model_path
+from minions.backends.model_files import resolve_model_path
 from minions.errors import ConfigError, DownloadError, ModelNotFoundError
 from tests.loopback import LoopbackServer, serving
 

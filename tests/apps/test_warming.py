@@ -10,8 +10,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from minions.apps.reading import READ_STEP
 from minions.apps.state import AppState
+from minions.apps.warming import READ_STEP
 from minions.backends.scripted import ScriptedBackend
 from minions.types import ChatRequest
 
