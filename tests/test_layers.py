@@ -156,3 +156,93 @@ def test_cycles_are_found() -> None:
         assert _cycles(str(folder.relative_to(ROOT))) == [
             [f"minions.tests.{folder.name}.a", f"minions.tests.{folder.name}.b"]
         ]
+
+
+def _library_modules() -> dict[str, Path]:
+    return {_module_name(p): p for folder in sorted(LAYER) for p in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def _imports_all(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, imports for type checkers included."""
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def test_no_import_cycle_in_the_tree_type_only_imports_included() -> None:
+    """No two modules of the library import each other, through any chain, across folders, even where one of the
+    imports is only for type checkers (a cycle a type checker must untangle is a seam in the wrong place)."""
+    modules = _library_modules()
+    graph = {m: {n for n in _imports_all(p, m) if n in modules and not _within(m, n)} for m, p in modules.items()}
+    assert _strongly_connected(graph) == []
+
+
+def _within(module: str, other: str) -> bool:
+    """Whether ``other`` is ``module`` or a package that holds it (importing a module runs its packages first)."""
+    return module == other or module.startswith(f"{other}.")
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Groups of more than one node that reach each other (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_protocols_import_nothing_of_the_llamacpp_engine() -> None:
+    """The protocols reach a local model through the ``Backend`` interface only (its benchmarks, which drive the
+    engine directly, live in ``evals.bench``)."""
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "protocols").rglob("*.py"))
+        for name in sorted(_imports_all(path, _module_name(path)))
+        if name == "minions.backends.llamacpp" or name.startswith("minions.backends.llamacpp.")
+    ]
+    assert found == []
