@@ -1,4 +1,4 @@
-"""The document library: uploads and local folders become documents the app can ask about.
+"""The app's document library: uploads and local folders become documents the app can ask about.
 
 Nothing the browser sends is trusted as a path or run as code:
 
@@ -7,9 +7,15 @@ Nothing the browser sends is trusted as a path or run as code:
 - a folder is a path on this machine that the user typed; only supported files inside it are read, symlinks
   are resolved and anything that resolves outside the folder is skipped.
 
-Every document added is also put in the library's text index (``protocols.search.index``, ``index.sqlite`` in the
-library folder): a question is routed to the documents it names and ranked there by words
-(``protocols.search.library.search_library``), so it reads only those, however many documents the library holds.
+The store keeps what the app knows of a document (its name, its file, where it came from); the SDK's library
+(``protocols.search.library.Library``) indexes it under the store's id and answers the searches: a question is
+routed to the documents it names and ranked there by words (``Library.sources``), so it reads only those, however
+many documents the library holds. The app only adds what a server needs: uploads, folders, limits.
+
+The index is ``APP_INDEX_FILE`` in the app's library folder, not the SDK's ``protocols.search.library.INDEX_FILE``:
+by default that folder is also the command line's library (``minions index``), and the two index their documents
+under different keys (store ids, file paths), so one file would let each replace the other's documents of the same
+name.
 
 Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
 a folder is added, ``progress`` says which file it is at.
@@ -19,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import unicodedata
 import uuid
@@ -29,30 +34,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
+from minions.documents.files import SUPPORTED_SUFFIXES, check_content, sha256_file, walk
 from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
 from minions.protocols.options import RunOptions
-from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import LibrarySearch, search_library, sha256_file
-from minions.protocols.search.ranking import Ranking
-from minions.protocols.search.routing import profile
+from minions.protocols.search.index import ChunkIndex
+from minions.protocols.search.library import Library, Sources
 
 from .store import DocumentRecord, Store
 
 __all__ = [
-    "ACCEPTED_SUFFIXES",
+    "APP_INDEX_FILE",
     "AppLibrary",
     "FolderReport",
-    "Sources",
     "UnsupportedUploadError",
     "UploadTooLargeError",
-    "check_content",
+    "check_upload",
 ]
 
 log = logging.getLogger(__name__)
 
-ACCEPTED_SUFFIXES: tuple[str, ...] = (".pdf", ".txt", ".md", ".markdown", ".html", ".htm", ".docx")
+APP_INDEX_FILE = "index.sqlite"
+"""The app's text index, in its library folder (why not the SDK's name: the module's docstring)."""
 MAX_FOLDER_FILES = 500
 """Most files one "add folder" reads; a folder with more is probably not what the user meant."""
 MAX_NAME_CHARS = 120
@@ -66,14 +69,6 @@ class UploadTooLargeError(DocumentError):
 
 class UnsupportedUploadError(UnreadableDocumentError):
     pass
-
-
-@dataclass(frozen=True)
-class Sources:
-    """What a question over the library reads: the documents its search led to, and the chunks it ranked."""
-
-    documents: list[Document]
-    ranking: Ranking | None = None
 
 
 @dataclass
@@ -93,39 +88,35 @@ def clean_name(filename: str) -> str:
     return base or "document"
 
 
-def check_content(name: str, head: bytes) -> str:
-    """The lower-case suffix of ``name`` if the file's first bytes match it; raise UnsupportedUploadError if not.
-
-    PDFs must carry ``%PDF-`` near the start and .docx files a ZIP header; text, Markdown and HTML must not be
-    binary (a NUL byte outside UTF-16 text).
-    """
+def check_upload(name: str, head: bytes) -> str:
+    """The lower-case suffix of ``name`` if it is a supported one and the file's first bytes match it
+    (``minions.documents.files.check_content``); UnsupportedUploadError if not, which the app answers with 415."""
     suffix = Path(name).suffix.lower()
-    if suffix not in ACCEPTED_SUFFIXES:
+    if suffix not in SUPPORTED_SUFFIXES:
         raise UnsupportedUploadError(
             f"{name}: unsupported file type {suffix or '(no suffix)'!r}; add a PDF, text, Markdown, HTML or .docx "
             "file.",
             path=name,
         )
-    if suffix == ".pdf" and b"%PDF-" not in head[:1024]:
-        raise UnsupportedUploadError(f"{name} is named .pdf but is not a PDF (no %PDF- header).", path=name)
-    if suffix == ".docx" and not head.startswith(b"PK\x03\x04"):
-        raise UnsupportedUploadError(f"{name} is named .docx but is not a Word document.", path=name)
-    if suffix not in (".pdf", ".docx") and b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise UnsupportedUploadError(f"{name} is named {suffix} but holds binary data, not text.", path=name)
+    try:
+        check_content(name, suffix, head)
+    except UnreadableDocumentError as exc:
+        raise UnsupportedUploadError(str(exc), path=name) from exc
     return suffix
 
 
 class AppLibrary:
-    """Documents on disk plus their rows in the store and their chunks in the text index; loaded ``Document``
-    objects are kept for reuse."""
+    """The app's documents: their rows in the store, their files, and the SDK's ``Library`` that indexes them
+    under the store's ids; loaded ``Document`` objects are kept for reuse."""
 
     def __init__(self, store: Store, root: Path, *, max_bytes: int, options: RunOptions | None = None) -> None:
         self.store = store
         self.uploads = (root / "uploads").resolve()
         self.uploads.mkdir(parents=True, exist_ok=True)
-        self.index = SqliteIndex(root / "index.sqlite")
-        self.index.forget_outdated()  # an index of another format: the store's documents are indexed again on search
-        self.options = options or RunOptions()
+        self.library = Library(root / APP_INDEX_FILE)
+        """Indexes the documents in an index of another format again when it opens, from their stored text; a
+        document it cannot is indexed again from its file at the next search."""
+        self.library.options = options or RunOptions()
         self.max_bytes = max_bytes
         self.progress: dict[str, Any] | None = None
         """While a folder is being added: the folder, files done of files_total, the file at hand."""
@@ -140,7 +131,7 @@ class AppLibrary:
             raise UploadTooLargeError(f"{name} is larger than the upload limit of {_mb(self.max_bytes)}.", path=name)
         if not data.strip():
             raise EmptyDocumentError(f"{name} is empty: add a file with text in it.", path=name)
-        suffix = check_content(name, data[:_SNIFF_BYTES])
+        suffix = check_upload(name, data[:_SNIFF_BYTES])
         digest = hashlib.sha256(data).hexdigest()
         existing = self.store.find_document(sha256=digest)
         if existing is not None:
@@ -158,7 +149,7 @@ class AppLibrary:
         """Add every supported file under ``folder`` (a path on this machine), without leaving it."""
         root = self._folder_root(folder)
         report = FolderReport()
-        paths = self._walk(root, report)
+        paths = _walk(root, report)
         for n, path in enumerate(paths):
             shown = str(path.relative_to(root))
             self.progress = {"folder": str(root), "files": n, "files_total": len(paths), "file": shown,
@@ -177,7 +168,7 @@ class AppLibrary:
                 if size > self.max_bytes:
                     raise UploadTooLargeError(f"{shown} is larger than {_mb(self.max_bytes)}", path=shown)
                 with real.open("rb") as f:
-                    check_content(path.name, f.read(_SNIFF_BYTES))
+                    check_upload(path.name, f.read(_SNIFF_BYTES))
                 digest = sha256_file(real)
                 doc = self._load(real, path.name)
                 report.added.append(self._register(doc, path.name, real, "folder", size, digest))
@@ -199,25 +190,6 @@ class AppLibrary:
         if not root.is_dir():
             raise DocumentNotFoundError(f"{folder} is not a folder.", path=folder)
         return root
-
-    def _walk(self, root: Path, report: FolderReport) -> list[Path]:
-        """Files with an accepted suffix under ``root``, hidden ones skipped; symlinked folders not entered."""
-        found: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for f in sorted(filenames):
-                if f.startswith(".") or Path(f).suffix.lower() not in ACCEPTED_SUFFIXES:
-                    continue
-                if len(found) >= MAX_FOLDER_FILES:
-                    report.skipped.append(
-                        (
-                            str(Path(dirpath, f).relative_to(root)),
-                            f"the folder has more than {MAX_FOLDER_FILES} documents",
-                        )
-                    )
-                    continue
-                found.append(Path(dirpath, f))
-        return found
 
     def _load(self, path: Path, name: str) -> Document:
         return replace(load_document(path, shown=name), name=name)
@@ -242,25 +214,23 @@ class AppLibrary:
         return record
 
     def _index(self, record: DocumentRecord, doc: Document) -> None:
-        o = self.options
-        chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        self.index.add(
-            doc, chunks, key=record.id, sha256=record.sha256, size=record.bytes, profile=profile(doc, len(chunks))
-        )
+        self.library.put(doc, key=record.id, sha256=record.sha256, size=record.bytes)
+
+    @property
+    def index(self) -> ChunkIndex:
+        return self.library.index
 
     def search(self, question: str, ids: Sequence[str] | None = None) -> Sources:
-        """What ``question`` reads: routed among the documents ``ids`` (None: all), ranked by words; a document
-        the index does not hold yet (a library from before the index) is indexed first."""
+        """What ``question`` reads of the documents ``ids`` (None: all): ``Library.sources``, with each document
+        read from its file; a document the index does not hold yet (a library from before the index) is indexed
+        first."""
         records = self._records(ids)
         indexed = {d.key for d in self.index.documents()}
         for r in records:
             if r.id not in indexed:
                 self._index(r, self.load(r))
-        found: LibrarySearch = search_library(self.index, question, documents=[r.name for r in records])
-        depth = max(self.options.read_chunks, self.options.top_k)
         by_name = {r.name: r for r in records}
-        docs = [self.load(by_name[n]) for n in found.documents(depth) if n in by_name]
-        return Sources(docs or [self.load(records[0])], found.ranking)
+        return self.library.sources(question, list(by_name), read=lambda name: self.load(by_name[name]))
 
     def index_bytes(self) -> dict[str, int]:
         """The text index's disk, shared out among the documents by their characters."""
@@ -333,7 +303,7 @@ class AppLibrary:
         record = self.store.remove_document(doc_id)
         if record is None:
             return None
-        self.index.remove(record.name)
+        self.library.remove(record.name)
         with self._lock:
             self._loaded.pop(doc_id, None)
         if record.source == "upload" and Path(record.path).parent == self.uploads:
@@ -345,6 +315,15 @@ class AppLibrary:
             self._loaded[doc_id] = doc
             while len(self._loaded) > _LOADED_CACHE:
                 self._loaded.popitem(last=False)
+
+
+def _walk(root: Path, report: FolderReport) -> list[Path]:
+    """The supported files under ``root`` (``minions.documents.files.walk``), the first ``MAX_FOLDER_FILES`` of
+    them; the others are reported as skipped."""
+    found = list(walk(root))
+    for path in found[MAX_FOLDER_FILES:]:
+        report.skipped.append((str(path.relative_to(root)), f"the folder has more than {MAX_FOLDER_FILES} documents"))
+    return found[:MAX_FOLDER_FILES]
 
 
 def _mb(n: int) -> str:

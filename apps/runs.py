@@ -35,8 +35,7 @@ from minions.protocols import (
     needs_remote,
     remote_leaves_device,
 )
-
-from .library import Sources
+from minions.protocols.search.library import Sources
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
 

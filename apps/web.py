@@ -33,13 +33,15 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from minions.backends.base import Backend
+from minions.documents import SUPPORTED_SUFFIXES
 from minions.errors import DocumentError
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
+from minions.protocols.search.library import Sources
 
 from . import openai_api
 from .config import AppConfig
-from .library import ACCEPTED_SUFFIXES, AppLibrary, Sources, UploadTooLargeError
+from .library import AppLibrary, UploadTooLargeError
 from .limits import BodyLimits
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard
@@ -142,7 +144,7 @@ async def info(request: Request) -> dict[str, Any]:
             "with_remote": default_protocol(has_remote=True),
             "without_remote": default_protocol(has_remote=False),
         },
-        "accepted": list(ACCEPTED_SUFFIXES),
+        "accepted": list(SUPPORTED_SUFFIXES),
         "max_upload_bytes": state.config.max_upload_bytes,
         "defaults": state.runner.models.default_settings().model_dump(),
     }

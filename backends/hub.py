@@ -15,7 +15,6 @@ or without ``.gguf``, or ``<owner>/<repo>/<file>``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from minions.documents.files import sha256_file
 from minions.errors import ConfigError, DownloadError, ModelNotFoundError
 from minions.paths import cache_dir
 
@@ -48,7 +48,6 @@ PREFERRED_QUANTIZATION = "Q4_K_M"
 MANIFEST_SUFFIX = ".pulled.json"
 PART_SUFFIX = ".part"
 _QUANT = re.compile(r"(?i)(?<![A-Z0-9])(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32)(?=[-_.])")
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -117,14 +116,6 @@ def _choose(repo: str, files: list[str]) -> str:
         return preferred[0]
     shown = ", ".join(ggufs[:12]) + (", ..." if len(ggufs) > 12 else "")
     raise ConfigError(f"{repo} holds {len(ggufs)} GGUF files: pull one as {repo}/FILE, one of {shown}.")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _translate(exc: Exception, repo: str, endpoint: str) -> Exception:
@@ -218,7 +209,7 @@ def _download(url: str, target: Path, size: int, token: str | None, progress: bo
 
 
 def _check_and_record(repo: str, file: str, revision: str, sha256: str, size: int, local: Path) -> PulledModel:
-    actual = _sha256(local)
+    actual = sha256_file(local)
     if actual != sha256:
         local.unlink(missing_ok=True)
         raise DownloadError(

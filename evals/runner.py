@@ -118,8 +118,8 @@ def run_item(
     library: Library | None = None,
 ) -> dict[str, Any]:
     """Run one item and return its results line (never raises for the item's own failures). With ``library``,
-    the item is asked of every document in it (its search routes and ranks: ``protocols.search.library``), not of its
-    own documents.
+    the item is asked of every document in it (``protocols.search.library.Library.sources`` routes and ranks), not
+    of its own documents.
 
     Timings: ``load_s`` reads the documents (a filing's first PDF extraction; with a library, its search),
     ``wall_s`` runs the protocol.
@@ -129,9 +129,9 @@ def run_item(
     try:
         ranking = None
         if library is not None:
-            found = library.search(item.task)
             depth = max(protocol.options.read_chunks, protocol.options.top_k)
-            documents, ranking = [library.document(n) for n in found.documents(depth)], found.ranking
+            found = library.sources(item.task, depth=depth)
+            documents, ranking = found.documents, found.ranking
         else:
             documents = item.documents()
         loaded = time.perf_counter()

@@ -7,7 +7,8 @@ chunk says about where it came from (page numbers, section title) is computed fr
     types       Document, Page, Section
     sections    heading detection in plain text
     load        load_document: checks the file, picks the reader by suffix
-    content     refuses a file whose bytes are not what its suffix says (binary noise named .txt, ...)
+    files       the supported suffixes, the walk of a folder, the check that a file's bytes are what its
+                suffix says (binary noise named .txt, ...), a file's SHA-256
     text, html, docx, pdf     the readers (PDF text comes from PDFium)
     pdf_cache   the on-disk cache of text extracted from PDFs
     bench       ``minions bench pdf``: pages a second
@@ -15,7 +16,8 @@ chunk says about where it came from (page numbers, section title) is computed fr
 
 from __future__ import annotations
 
-from minions.documents.load import SUPPORTED_SUFFIXES, load_document, load_documents
+from minions.documents.files import SUPPORTED_SUFFIXES
+from minions.documents.load import load_document, load_documents
 from minions.documents.types import Document, Page, Section
 
 __all__ = [

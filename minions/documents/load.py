@@ -7,19 +7,17 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from minions.documents.content import check_content
 from minions.documents.docx import load_docx
+from minions.documents.files import SUPPORTED_SUFFIXES, check_content
 from minions.documents.html import load_html
 from minions.documents.pdf import load_pdf
 from minions.documents.text import load_text
 from minions.documents.types import Document
 from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
 
-__all__ = ["SUPPORTED_SUFFIXES", "load_document", "load_documents"]
+__all__ = ["load_document", "load_documents"]
 
 log = logging.getLogger(__name__)
-
-SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
 
 
 def load_document(path: str | os.PathLike[str], *, cache: bool = True, shown: str | None = None) -> Document:

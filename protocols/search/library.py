@@ -31,6 +31,7 @@ from minions.backends.base import Backend
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
+from minions.documents.files import sha256_file, walk
 from minions.errors import ConfigError, DocumentError
 
 from ..factory import get_protocol
@@ -45,21 +46,18 @@ from .warming import IndexProgress, PrefixSaver, index_documents
 __all__ = [
     "INDEX_FILE",
     "RANK_DEPTH",
-    "SUFFIXES",
     "AddProgress",
     "AddReport",
     "Library",
     "LibrarySearch",
+    "Sources",
     "search_library",
-    "sha256_file",
 ]
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "library.sqlite"
 """The index's file name inside a library folder."""
-SUFFIXES = (".pdf", ".txt", ".md", ".markdown", ".html", ".htm", ".docx")
-"""The files a folder is searched for."""
 RANK_DEPTH = 50
 """Chunks a search returns, best first: what the protocols read from (they read ``read_chunks`` of them)."""
 OTHER_DOCUMENT = 0.5
@@ -98,6 +96,15 @@ class AddReport:
         parts += [f"{len(self.removed)} removed"] if self.removed else []
         parts += [f"{len(self.skipped)} skipped"] if self.skipped else []
         return ", ".join(parts) + f" in {self.seconds:.1f} s"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a question over a library reads: the documents its search led to, and the chunks it ranked (what
+    a protocol's ``run`` takes as ``ranking``)."""
+
+    documents: list[Document]
+    ranking: Ranking | None = None
 
 
 @dataclass(frozen=True)
@@ -152,32 +159,18 @@ def _index_path(path: str | os.PathLike[str] | None) -> str:
 
 
 def _files(paths: Iterable[str | os.PathLike[str]], report: AddReport) -> list[Path]:
-    """The files named, and the supported files under the folders named (hidden ones skipped), in order."""
+    """The files named, and the supported files under the folders named (``minions.documents.files.walk``), in
+    order."""
     out: list[Path] = []
     for given in paths:
         p = Path(given).expanduser()
         if p.is_dir():
-            for dirpath, dirnames, filenames in os.walk(p):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                out += [
-                    Path(dirpath, f)
-                    for f in sorted(filenames)
-                    if not f.startswith(".") and Path(f).suffix.lower() in SUFFIXES
-                ]
+            out += walk(p)
         elif p.exists():
             out.append(p)
         else:
             report.skipped.append((str(given), f"no such file or folder: {given}"))
     return list(dict.fromkeys(out))
-
-
-def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read a MiB at a time."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class Library:
@@ -210,7 +203,7 @@ class Library:
         for old in outdated:
             try:
                 doc = old.document or self._read_again(old)
-                report.added.append(self._put(doc, old.key, old.sha256, old.bytes))
+                report.added.append(self.put(doc, key=old.key, sha256=old.sha256, size=old.bytes))
             except (DocumentError, OSError) as exc:
                 report.skipped.append((old.name, str(exc)))
             self.index.forget_outdated([old.name])
@@ -293,13 +286,16 @@ class Library:
         self, doc: Document, key: str, digest: str, size: int, replacing: IndexedDocument | None = None
     ) -> IndexedDocument:
         name = self._free_name(doc.name, replacing)
-        return self._put(doc if name == doc.name else replace(doc, name=name), key, digest, size)
+        named = doc if name == doc.name else replace(doc, name=name)
+        return self.put(named, key=key, sha256=digest, size=size)
 
-    def _put(self, doc: Document, key: str, digest: str, size: int) -> IndexedDocument:
-        """Chunk ``doc`` as the protocols do, profile it for routing, and index it (one transaction)."""
+    def put(self, doc: Document, *, key: str, sha256: str, size: int) -> IndexedDocument:
+        """Chunk ``doc`` as the protocols do, profile it for routing, and index it under its name and ``key`` (one
+        transaction; what either held before is replaced). ``add`` keys a file by its path; the app keys its
+        documents by its own ids."""
         o = self.options
         chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        return self.index.add(doc, chunks, key=key, sha256=digest, size=size, profile=profile(doc, len(chunks)))
+        return self.index.add(doc, chunks, key=key, sha256=sha256, size=size, profile=profile(doc, len(chunks)))
 
     def _free_name(self, name: str, replacing: IndexedDocument | None) -> str:
         """``name``, or ``stem (2).suffix`` ... when another file of the library has it."""
@@ -361,15 +357,29 @@ class Library:
                 self.document(missing[0])  # raises, naming what there is
         return search_library(self.index, question, documents=documents, k=k)
 
-    def ask(self, question: str, documents: Sequence[str] | None = None, **kwargs: Any) -> RunResult:
-        """Answer ``question`` from the whole library, or from the ``documents`` named."""
+    def sources(
+        self,
+        question: str,
+        documents: Sequence[str] | None = None,
+        *,
+        depth: int | None = None,
+        read: Callable[[str], Document] | None = None,
+    ) -> Sources:
+        """What ``question`` reads of the whole library, or of the ``documents`` named: its search, then the
+        documents it led to (``LibrarySearch.documents``; the first candidate where it led nowhere). ``depth``: the
+        chunks the protocol reads (None: as ``options`` say); ``read``: a document by name (None: its stored
+        text; the app reads its files again). The one way the SDK, the app and the benchmarks ask a library."""
         if not self.index.documents():
             raise ConfigError("The library is empty: add documents first (Library.add('report.pdf') or a folder).")
         found = self.search(question, documents)
-        depth = max(self.options.read_chunks, self.options.top_k)
-        names = found.documents(depth) or [self.documents[0].name]
-        docs = [self.index.document(n) for n in names]
-        return self.protocol.run(question, docs, ranking=found.ranking, **kwargs)
+        depth = depth if depth is not None else max(self.options.read_chunks, self.options.top_k)
+        names = found.documents(depth) or [documents[0] if documents else self.documents[0].name]
+        return Sources([(read or self.document)(n) for n in names], found.ranking)
+
+    def ask(self, question: str, documents: Sequence[str] | None = None, **kwargs: Any) -> RunResult:
+        """Answer ``question`` from the whole library, or from the ``documents`` named."""
+        found = self.sources(question, documents)
+        return self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs)
 
     def warm(
         self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None

@@ -45,7 +45,7 @@ def test_the_same_file_twice_is_one_document_and_equal_names_get_a_number(librar
     [
         ("notes.exe", b"MZ\x90\x00", UnsupportedUploadError, "unsupported file type '.exe'"),
         ("report.pdf", b"<html>not a pdf</html>", UnsupportedUploadError, "not a PDF"),
-        ("notes.txt", b"\x7fELF\x02\x01\x01\x00\x00", UnsupportedUploadError, "binary data"),
+        ("notes.txt", b"\x7fELF\x02\x01\x01\x00\x00", UnsupportedUploadError, "holds a program, not text"),
         ("empty.pdf", b"", EmptyDocumentError, "empty"),
         ("broken.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog", UnreadableDocumentError, "not a readable PDF"),
         ("big.txt", b"x" * 100_001, UploadTooLargeError, "upload limit"),

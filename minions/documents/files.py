@@ -1,21 +1,33 @@
-"""Is a file what its name says? Checked on its bytes before any reader, or any model, sees it.
+"""The files minions reads: which suffixes, where they are in a folder, whether their bytes match their name, and
+their hash. One list and one check for the SDK, the library, the app and the command line.
 
-A .pdf must carry ``%PDF-`` in its first KiB (where PDF readers look for it) and a .docx must be a ZIP
-archive. Text, Markdown and HTML must be text: no NUL bytes (outside UTF-16 with a byte-order mark), almost
+``SUPPORTED_SUFFIXES`` are the files a reader exists for; ``walk`` finds them under a folder (hidden files and
+folders skipped, symlinked folders not entered, so a walk never leaves the folder through a link or loops).
+
+``check_content``: a .pdf must carry ``%PDF-`` in its first KiB (where PDF readers look for it) and a .docx must be
+a ZIP archive. Text, Markdown and HTML must be text: no NUL bytes (outside UTF-16 with a byte-order mark), almost
 no control characters, and UTF-8, or a legacy 8-bit text such as Latin-1 in which only the accented letters
 break UTF-8. Whatever fails says what the file looks like instead, and what to do.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+from collections.abc import Iterator
 from contextlib import suppress
+from pathlib import Path
 from typing import NoReturn
 
 from minions.errors import UnreadableDocumentError
 
-__all__ = ["check_content"]
+__all__ = ["SUPPORTED_SUFFIXES", "TEXT_SUFFIXES", "check_content", "sha256_file", "walk"]
 
-TEXT_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".html", ".htm")
+SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
+"""The files minions reads (lower case): a folder is searched for these, and any other file is refused."""
+TEXT_SUFFIXES: tuple[str, ...] = tuple(s for s in SUPPORTED_SUFFIXES if s not in (".pdf", ".docx"))
+"""The supported files that must hold text."""
+_HASH_BLOCK = 1 << 20
 _PDF_HEADER_WITHIN = 1024
 # C0 control characters other than tab, line feed, vertical tab, form feed, carriage return and escape
 # (ANSI colours), and DEL. Random bytes hold about 10% of them; text almost none.
@@ -40,6 +52,26 @@ _RENAME = "pass the original document, or rename the file to match what it holds
 _CONVERT = "pass the original document, or convert it to text"
 _UTF16 = "pass the original document, or convert it to text (UTF-16 without a byte-order mark: re-save it as UTF-8)"
 _REENCODE = "if it is text in another encoding, re-save it as UTF-8"
+
+
+def walk(folder: str | os.PathLike[str]) -> Iterator[Path]:
+    """The files with a supported suffix under ``folder``, folder by folder in name order; hidden files and folders
+    (their names start with a dot) skipped, symlinked folders not entered. A symlinked file is listed: whether it
+    may be read (where it leads) is for the caller to say."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith(".") and Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
+                yield Path(dirpath, name)
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a file's bytes (hex), read a MiB at a time."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def check_content(where: str, suffix: str, data: bytes) -> None:
