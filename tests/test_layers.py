@@ -246,3 +246,24 @@ def test_protocols_import_nothing_of_the_llamacpp_engine() -> None:
         if name == "minions.backends.llamacpp" or name.startswith("minions.backends.llamacpp.")
     ]
     assert found == []
+
+
+TOOLS = ("minions.evals.bench", "minions.evals.synthetic")
+"""Benchmarks and synthetic models: tools for us, not parts of the runtime."""
+
+
+def test_the_runtime_holds_nothing_only_tools_use() -> None:
+    """Every module under ``backends/`` and ``protocols/`` is imported by some part of the runtime (the core,
+    backends, protocols, evals' harness or the apps), not only by tests, benchmarks or synthetic models: those
+    belong in ``evals/``."""
+    modules = _library_modules()
+    users: dict[str, set[str]] = {m: set() for m in modules}
+    for m, p in modules.items():
+        if m.startswith(TOOLS):
+            continue
+        for n in _imports_all(p, m):
+            if n in users and n != m:
+                users[n].add(m)
+    runtime = [m for m in modules if m.split(".")[1:2] in (["backends"], ["protocols"])]
+    unused = [m for m in runtime if not users[m] and modules[m].name != "__init__.py"]
+    assert unused == []

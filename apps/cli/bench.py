@@ -217,6 +217,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         compare_local=args.compare_local,
         meaning=args.meaning,
         meaning_weights=tuple(args.meaning_weight or EvidenceBenchConfig.meaning_weights),
+        embeddings=args.embeddings or EvidenceBenchConfig.embeddings,
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -245,7 +246,12 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
     ev.add_argument("--library", action="store_true", help="also ask every question of all the filings in one library")
     ev.add_argument("--library-dir", help="where that library is built or reused (default: a temporary folder)")
-    ev.add_argument("--meaning", action="store_true", help="also a meaning signal (wordllama): alone, fused with words")
+    ev.add_argument(
+        "--meaning",
+        action="store_true",
+        help="with --library: embed the chunks; words, meaning and fused curves, in the library and per filing",
+    )
+    ev.add_argument("--embeddings", help=f"the embedding model for --meaning (default {d.embeddings})")
     ev.add_argument(
         "--meaning-weight",
         type=float,

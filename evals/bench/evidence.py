@@ -36,11 +36,12 @@ With ``dataset`` (``--dataset``) another benchmark whose items have gold evidenc
 over papers, evidence placed as spans; ``qasper``): its documents have no pages, so no ``pages_bm25``, and no
 library.
 
-With ``meaning`` (``--meaning``), a meaning signal beside words (``protocols.search.meaning``: ``wordllama``'s static
-embeddings): the lines add ``meaning``, the filing's chunks by meaning alone, and ``fused``, its best
-``MEANING_DEPTH`` chunks by words re-ordered by reciprocal rank fusion with their order by meaning, one curve per
-weight of ``meaning_weights`` (keyed by the weight); with ``library``, ``library_meaning`` and ``library_fused``
-the same over the routed documents' best ``MEANING_DEPTH`` chunks. The summary carries their curves.
+With ``meaning`` (``--meaning``, with ``--library``), the library embeds every chunk (``protocols.search.meaning``,
+the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,
+over the routed documents, ``library_words`` (words alone), ``library_meaning`` (meaning alone) and
+``library_fused`` (one curve per weight of ``meaning_weights``, keyed by the weight), and the same within the
+question's own filing (``filing_words``, ``filing_meaning``, ``filing_fused``). The summary carries their curves,
+the seconds and chunks embedded (``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with vectors.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ from minions.protocols.evidence.quotes import answer_spans, candidates
 from minions.protocols.evidence.reading import BY_WORDS, chunk_evidence
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25
-from minions.protocols.search.library import Library, search_library
-from minions.protocols.search.meaning import MEANING_WEIGHT, meaning_fused, meaning_order, meaning_scores
+from minions.protocols.search.library import AddReport, Library, search_library
+from minions.protocols.search.meaning import MEANING_WEIGHT
 from minions.protocols.search.ranking import Ranked, lexical_rank
 
 from ..datasets import dataset_path, load_dataset
@@ -80,10 +81,8 @@ __all__ = ["EvidenceBenchConfig", "evidence_bench"]
 log = logging.getLogger(__name__)
 
 DEPTH = max(RECALL_AT)
-MEANING_DEPTH = 200
 Curve = dict[str, float | None] | None
 """Recall @1, @5, @10, @20 (None: the passages were not there to score)."""
-"""The chunks by words that the meaning signal re-orders (``fused``), and a library's that it ranks."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,9 @@ class EvidenceBenchConfig:
     compare_local: str | None = None
     """A second local model that reads the same chunks (the module's docstring)."""
     meaning: bool = False
-    """Also the meaning signal's curves, alone and fused with words (the module's docstring)."""
+    """Embed the library's chunks and print the meaning signal's curves (the module's docstring)."""
+    embeddings: str = "auto"
+    """The embedding model, with ``meaning`` (``backends.embeddings.resolve_embedder``)."""
     meaning_weights: tuple[float, ...] = (MEANING_WEIGHT,)
     """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
 
@@ -121,18 +122,27 @@ def _passages(ranked: Sequence[Ranked]) -> list[Evidence]:
     return [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
 
 
-def _meaning(
-    item: EvalItem, ranked: Sequence[Ranked], weights: Sequence[float], *, alone: Sequence[Ranked] | None = None
-) -> tuple[Curve, dict[str, Curve]]:
-    """The recall of ``alone`` (default: ``ranked``) by meaning alone, and of ``ranked``'s best ``MEANING_DEPTH``
-    fused with meaning at each weight (keyed by the weight)."""
-    alone = ranked if alone is None else alone
-    scores = meaning_scores(item.question, [r.chunk.text for r in alone])
-    pool = list(ranked[:MEANING_DEPTH])
-    at = {(r.chunk.document, r.chunk.index): s for r, s in zip(alone, scores, strict=True)}
-    pool_scores = [at[(r.chunk.document, r.chunk.index)] for r in pool]
-    fused = {f"{w:g}": _recall(item, _passages(meaning_fused(pool, pool_scores, weight=w))) for w in weights}
-    return _recall(item, _passages(meaning_order(alone, scores))), fused
+def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float]) -> dict[str, Any]:
+    """Words alone, meaning alone and fused at each weight, over the routed documents and within the question's
+    own filing."""
+    embedder = library.embedder
+    assert embedder is not None
+    index, question = library.index, item.question
+    asked = embedder.embed([question], query=True)[0]
+    gold = sorted({g.document for s in item.evidence for g in s})
+    found = search_library(index, question)
+    scope = list(found.route.documents) if found.route.routed else None
+    line: dict[str, Any] = {}
+    for where, documents in (("library", scope), ("filing", gold)):
+        words = search_library(index, question, documents=documents, embedder=None)
+        line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked))
+        line[f"{where}_meaning"] = _recall(item, _passages(index.meaning_search(asked, documents=documents, k=DEPTH)))
+        fused = {
+            f"{w:g}": search_library(index, question, documents=documents, embedder=embedder, weight=w, asked=asked)
+            for w in weights
+        }
+        line[f"{where}_fused"] = {w: _recall(item, _passages(f.ranking.ranked)) for w, f in fused.items()}
+    return line
 
 
 def _recall(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
@@ -145,7 +155,7 @@ def _recall(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
 def _library_line(
     item: EvalItem, library: Library, local: Backend | None, config: EvidenceBenchConfig
 ) -> dict[str, Any]:
-    found = search_library(library.index, item.question)
+    found = library.search(item.question)
     gold = sorted({g.document for s in item.evidence for g in s})
     line: dict[str, Any] = {
         "library": _recall(item, _passages(found.ranking.ranked)),
@@ -154,8 +164,7 @@ def _library_line(
         "rank_ms": round(found.seconds * 1000, 2),
     }
     if config.meaning:
-        deeper = search_library(library.index, item.question, k=MEANING_DEPTH).ranking.ranked
-        line["library_meaning"], line["library_fused"] = _meaning(item, deeper, config.meaning_weights)
+        line.update(_meaning_lines(item, library, config.meaning_weights))
     if local is not None:
         result = library.ask(item.question)
         line.update(
@@ -165,14 +174,17 @@ def _library_line(
     return line
 
 
-def _open_library(data: Path, config: EvidenceBenchConfig, local: Backend | None, into: str) -> tuple[Library, float]:
+def _open_library(
+    data: Path, config: EvidenceBenchConfig, local: Backend | None, into: str
+) -> tuple[Library, AddReport]:
     """The library of every PDF under ``data``'s ``pdfs/`` folder, and the seconds adding them took."""
     options: dict[str, Any] = {"read_chunks": config.read_chunks, "score_sentences": config.score_sentences}
-    library = Library(config.library_dir or into, local=local, protocol="local", **options)
+    embeddings = config.embeddings if config.meaning else "none"
+    library = Library(config.library_dir or into, local=local, protocol="local", embeddings=embeddings, **options)
     report = library.add(data / "pdfs")
     for name, why in report.skipped:
         log.warning("library: %s skipped: %s", name, why)
-    return library, report.seconds
+    return library, report
 
 
 def _item_line(
@@ -194,8 +206,6 @@ def _item_line(
         "rag": _recall(item, _passages(by_words)),
         "load_s": round(loaded - started, 2),
     }
-    if config.meaning:
-        line["meaning"], line["fused"] = _meaning(item, by_words, config.meaning_weights)
     if local is None:
         return line
     result = _local_run(local, item, docs, config)
@@ -316,7 +326,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     lines = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="minions-library-") as into:
-        library, index_s = _open_library(Path(root), config, local, into) if config.library else (None, None)
+        library, added = _open_library(Path(root), config, local, into) if config.library else (None, None)
         for item in items:
             line = _item_line(item, None if library is not None else local, config, compare)
             if library is not None:
@@ -337,16 +347,19 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     }
     for key in ("pages_bm25", "rag", "ranking", "shown", "library", "library_shown"):
         summary[key] = _curve(lines, key)
+    if config.meaning and added is not None:
+        rate = round(added.embedded / added.embed_seconds, 1) if added.embed_seconds else None
+        summary.update(embedded=added.embedded, embed_s=round(added.embed_seconds, 1), embed_per_s=rate)
     if config.meaning:
         summary["meaning_weights"] = list(config.meaning_weights)
-        for key in ("meaning", "library_meaning"):
+        for key in ("library_words", "library_meaning", "filing_words", "filing_meaning"):
             summary[key] = _curve(lines, key)
-        for key in ("fused", "library_fused"):
+        for key in ("library_fused", "filing_fused"):
             by_weight = [line[key] for line in lines if key in line]
             summary[key] = {w: _curve(by_weight, w) for w in by_weight[0]} if by_weight else None
     if config.library:
         summary.update(
-            index_s=round(index_s or 0.0, 1),
+            index_s=round(added.seconds if added else 0.0, 1),
             index_mb=round(disk / 1e6, 1),
             routed_first=sum(line["routed_first"] for line in lines),
         )

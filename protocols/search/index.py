@@ -35,6 +35,8 @@ from minions.sqlite import write_transaction
 
 from .bm25 import asks_for_quantity, figure_share, tokenize
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
+from .vectors import SCHEMA as VECTORS_SCHEMA
+from .vectors import VectorMatrix, load_matrix, nearest, store_vectors, unembedded
 
 __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
@@ -132,6 +134,12 @@ class ChunkIndex(Protocol):
     def disk_bytes(self) -> int: ...
     def outdated(self) -> list[Outdated]: ...
     def forget_outdated(self, names: Sequence[str] | None = None) -> None: ...
+    def vector_model(self) -> str | None: ...
+    def use_vector_model(self, name: str) -> None: ...
+    def unembedded(self, limit: int) -> list[tuple[int, str, str, str | None]]: ...
+    def vector_counts(self) -> dict[str, int]: ...
+    def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None: ...
+    def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]: ...
     def close(self) -> None: ...
 
 
@@ -188,6 +196,7 @@ class SqliteIndex:
             self._lock = threading.RLock()
             self._writes = 0
             self._documents: tuple[tuple[int, int], list[IndexedDocument]] | None = None
+            self._matrix: tuple[tuple[int, int], VectorMatrix | None] | None = None
             self._open()
         except sqlite3.DatabaseError as exc:
             raise ConfigError(
@@ -200,10 +209,11 @@ class SqliteIndex:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         if row is not None and row[0] != str(FORMAT):
             self._keep_outdated()
-            for table in ("doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
+            for table in ("chunk_vectors", "doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
             self._db.execute("VACUUM")  # give the old format's pages back to the disk
         self._db.executescript(_SCHEMA)
+        self._db.executescript(VECTORS_SCHEMA)
         self._db.execute(_OUTDATED)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
 
@@ -414,6 +424,62 @@ class SqliteIndex:
         marks = ",".join("?" * len(names))
         rows = self._db.execute(f"SELECT id FROM documents WHERE name IN ({marks})", list(names)).fetchall()
         return [r[0] for r in rows]
+
+    # -- meaning ------------------------------------------------------------------------------------------------
+    def vector_model(self) -> str | None:
+        """The embedding model the stored vectors are of (None: none stored yet)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+        return row[0] if row else None
+
+    def use_vector_model(self, name: str) -> None:
+        """Vectors from now on are ``name``'s: those of another model are dropped (they are not comparable)."""
+        if self.vector_model() == name:
+            return
+        with self._transaction() as db:
+            db.execute("DELETE FROM chunk_vectors")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', ?)", (name,))
+
+    def unembedded(self, limit: int) -> list[tuple[int, str, str, str | None]]:
+        """Up to ``limit`` chunks without a vector: (chunk id, document, text, section)."""
+        with self._lock:
+            return unembedded(self._db, limit)
+
+    def vector_counts(self) -> dict[str, int]:
+        """How many of each document's chunks have a vector."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT d.name, COUNT(v.chunk) FROM documents d JOIN chunks c ON c.doc = d.id "
+                "LEFT JOIN chunk_vectors v ON v.chunk = c.id GROUP BY d.id"
+            ).fetchall()
+        return {name: int(n) for name, n in rows}
+
+    def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None:
+        with self._transaction() as db:
+            store_vectors(db, chunks, vectors)
+
+    def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]:
+        """The ``k`` chunks (of ``documents``; None: all) whose meaning is closest to ``vector`` (a question's, of
+        the stored vectors' model), best first, each scored by its cosine similarity."""
+        with self._lock:
+            version = (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
+            if self._matrix is None or self._matrix[0] != version:
+                self._matrix = (version, load_matrix(self._db))
+            matrix = self._matrix[1]
+            if matrix is None:
+                return []
+            ids = self._ids(documents) if documents is not None else None
+            found = nearest(matrix, vector, ids, k)
+            if not found:
+                return []
+            marks = ",".join("?" * len(found))
+            rows = self._db.execute(
+                "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
+                f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
+                [i for i, _ in found],
+            ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        return [_ranked(by_id[i], score) for i, score in found if i in by_id]
 
     def close(self) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
+from minions.backends.embeddings import Embedder, resolve_embedder
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
@@ -39,7 +40,8 @@ from ..options import RunOptions, default_protocol
 from ..result import RunResult
 from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
-from .ranking import Ranking, spread_pages
+from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
+from .ranking import Ranked, Ranking, spread_pages
 from .routing import Route, profile, route
 from .warming import IndexProgress, PrefixSaver, index_documents
 
@@ -90,12 +92,16 @@ class AddReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(file, why) for every file that could not be added."""
     seconds: float = 0.0
+    embedded: int = 0
+    """Chunks given a meaning vector."""
+    embed_seconds: float = 0.0
 
     def summary(self) -> str:
         parts = [f"{len(self.added)} added", f"{len(self.unchanged)} unchanged"]
         parts += [f"{len(self.removed)} removed"] if self.removed else []
         parts += [f"{len(self.skipped)} skipped"] if self.skipped else []
-        return ", ".join(parts) + f" in {self.seconds:.1f} s"
+        embedded = f"; {self.embedded} chunks embedded in {self.embed_seconds:.1f} s" if self.embedded else ""
+        return ", ".join(parts) + f" in {self.seconds:.1f} s" + embedded
 
 
 @dataclass(frozen=True)
@@ -123,32 +129,51 @@ class LibrarySearch:
 
 
 def search_library(
-    index: ChunkIndex, question: str, *, documents: Sequence[str] | None = None, k: int = RANK_DEPTH
+    index: ChunkIndex,
+    question: str,
+    *,
+    documents: Sequence[str] | None = None,
+    k: int = RANK_DEPTH,
+    embedder: Embedder | None = None,
+    weight: float = MEANING_WEIGHT,
+    asked: Any = None,
 ) -> LibrarySearch:
     """Route ``question`` among ``documents`` (names; None: the whole library), then rank the routed documents'
-    chunks (each routed document after the first at ``OTHER_DOCUMENT`` of its score)."""
+    chunks by words (each routed document after the first at ``OTHER_DOCUMENT`` of its score) and, with an
+    ``embedder`` whose vectors the index holds, by meaning too, the two fused (``meaning.fuse``, ``weight`` on
+    meaning). ``asked``: the question's vector, where the caller has it."""
     started = time.perf_counter()
     records = [d for d in index.documents() if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
     found = route(question, profiles, index.document_frequency(tokenize(question)))
     routed = time.perf_counter()
-    if found.routed:
-        # one search over the routed documents (each search reads the terms' postings of the whole library),
-        # deep enough that the first document's chunks are all there after the others' are weighed down
-        first = found.documents[0]
-        ranked = [
-            r if r.chunk.document == first else replace(r, score=r.score * OTHER_DOCUMENT)
-            for r in index.search(question, documents=found.documents, k=k * len(found.documents))
-        ]
-        ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order
-        ranked = spread_pages(ranked)  # the sort by score undid the index's spread
-    else:
-        ranked = index.search(question, documents=[d.name for d in records] if documents is not None else None, k=k)
+    scope = found.documents if found.routed else ([d.name for d in records] if documents is not None else None)
+    ranked = _by_words(index, question, found, scope, k)
+    about: dict[str, Any] = {"meaning": "off"}
+    if embedder is not None:
+        vector = asked if asked is not None else embedder.embed([question], query=True)[0]
+        near = index.meaning_search(vector, documents=scope, k=MEANING_DEPTH)
+        ranked = spread_pages(fuse(ranked, near, weight=weight)) if near else ranked
+        about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
     total = index.chunk_count(found.documents)
     seconds = time.perf_counter() - started
-    about = {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
-             "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
+    about |= {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
+              "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
     return LibrarySearch(found, Ranking(ranked[:k], total, about), seconds)
+
+
+def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[str] | None, k: int) -> list[Ranked]:
+    if not found.routed:
+        return index.search(question, documents=scope, k=k)
+    # one search over the routed documents (each search reads the terms' postings of the whole library),
+    # deep enough that the first document's chunks are all there after the others' are weighed down
+    first = found.documents[0]
+    ranked = [
+        r if r.chunk.document == first else replace(r, score=r.score * OTHER_DOCUMENT)
+        for r in index.search(question, documents=found.documents, k=k * len(found.documents))
+    ]
+    ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order
+    return spread_pages(ranked)  # the sort by score undid the index's spread
 
 
 def _index_path(path: str | os.PathLike[str] | None) -> str:
@@ -186,9 +211,14 @@ class Library:
         *,
         protocol: str | None = None,
         index: ChunkIndex | None = None,
+        embeddings: str | Embedder | None = None,
+        allow_egress: bool = False,
         **options: Any,
     ) -> None:
         self.index = index if index is not None else SqliteIndex(_index_path(path))
+        self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
+        """The model that gives each chunk a meaning vector (``backends.embeddings``; "auto" by default, None: the
+        library searches by words alone)."""
         self.options = RunOptions.from_kwargs(dict(options))
         self._models = (local, remote, protocol, options)
         self._protocol: Any = None
@@ -233,9 +263,13 @@ class Library:
         on_progress: Callable[[AddProgress], None] | None = None,
         warm: bool = False,
         on_warm: Callable[[IndexProgress], None] | None = None,
+        embed: bool = True,
+        on_embed: Callable[[EmbedProgress], None] | None = None,
     ) -> AddReport:
         """Add files, the supported files of folders, or loaded documents; files already in the index unchanged
-        are left as they are. ``warm``: also compute and save every new chunk's state on the local model."""
+        are left as they are. Their text is indexed first (searchable by words at once); then, with ``embed``
+        and an embedding model, every chunk without a meaning vector gets one (``embed``). ``warm``: also compute
+        and save every new chunk's state on the local model."""
         report = AddReport()
         started = time.perf_counter()
         given = [p for p in paths if isinstance(p, Document)]
@@ -262,9 +296,20 @@ class Library:
                 eta = elapsed / n * (total - n)
                 on_progress(AddProgress(shown, n, total, pages, chunks, elapsed, eta, status, why))
         report.seconds = time.perf_counter() - started
+        if embed:
+            embedding = time.perf_counter()
+            report.embedded = self.embed(on_progress=on_embed)
+            report.embed_seconds = time.perf_counter() - embedding
         if warm and report.added:
             self.warm([d.name for d in report.added], on_progress=on_warm)
         return report
+
+    def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None) -> int:
+        """Give every chunk that has none a meaning vector, in batches (stopped, it goes on where it stopped next
+        time); the number embedded (0 without an embedding model)."""
+        if self.embedder is None:
+            return 0
+        return embed_missing(self.index, self.embedder, on_progress=on_progress)
 
     def _add_one(self, item: Path | Document) -> IndexedDocument | None:
         if isinstance(item, Document):
@@ -355,7 +400,7 @@ class Library:
             missing = [n for n in documents if n not in {d.name for d in self.index.documents()}]
             if missing:
                 self.document(missing[0])  # raises, naming what there is
-        return search_library(self.index, question, documents=documents, k=k)
+        return search_library(self.index, question, documents=documents, k=k, embedder=self.embedder)
 
     def sources(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,12 +52,24 @@ def test_the_local_side_passes_on_what_it_read_with_its_pages(benchmark_data):
 
 @pytest.mark.slow
 @needs("financebench/data/financebench_open_source.jsonl", "financebench/pdfs/3M_2018_10K.pdf")
-def test_meaning_curves_alone_and_fused_at_each_weight():
-    config = EvidenceBenchConfig(ids=(CAPEX,), lexical_only=True, meaning=True, meaning_weights=(0.5, 1.0))
-    item, summary = evidence_bench(FB, config)
-    assert set(item["fused"]) == {"0.5", "1"} and set(item["meaning"]) == {"@1", "@5", "@10", "@20"}
-    for curve in (item["meaning"], *item["fused"].values()):
+def test_meaning_curves_words_meaning_and_fused_in_the_library_and_the_filing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library of one filing, embedded by the real model (the test extra's wheel): every curve is there, the
+    fused one per weight, and the summary says what embedding cost."""
+    monkeypatch.delenv("MINIONS_EMBEDDINGS")  # the default, "auto"
+    root = tmp_path / "financebench"
+    (root / "pdfs").mkdir(parents=True)
+    (root / "data").symlink_to(FB / "data")
+    (root / "pdfs" / "3M_2018_10K.pdf").symlink_to(FB / "pdfs" / "3M_2018_10K.pdf")
+    config = EvidenceBenchConfig(ids=(CAPEX,), lexical_only=True, library=True, meaning=True, meaning_weights=(0.5, 1))
+    item, summary = evidence_bench(root, config)
+    curves = [item[f"{where}_{kind}"] for where in ("library", "filing") for kind in ("words", "meaning")]
+    curves += [c for where in ("library", "filing") for c in item[f"{where}_fused"].values()]
+    assert set(item["library_fused"]) == {"0.5", "1"} and len(curves) == 8
+    for curve in curves:
         values = list(curve.values())
         assert values == sorted(values) and all(v in (0.0, 1.0) for v in values)
-    assert summary["meaning"] == item["meaning"] and summary["fused"] == item["fused"]
-    assert summary["meaning_weights"] == [0.5, 1.0] and summary["library_fused"] is None
+    assert item["library_words"] == item["filing_words"]  # one filing: the library is the filing
+    assert summary["library_fused"] == item["library_fused"] and summary["meaning_weights"] == [0.5, 1.0]
+    assert summary["embedded"] > 500 and summary["embed_per_s"] > 0 and summary["index_mb"] > 0

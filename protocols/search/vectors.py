@@ -1,0 +1,87 @@
+"""The chunks' meaning vectors, in the library's own index file beside their text (``search.index``).
+
+One row a chunk in ``chunk_vectors``: its id and its vector as float16 (384 dimensions: 768 bytes; the 34,274
+chunks of 74 10-Ks take 26 MB). The meta row ``embedder`` names the model that made them: vectors of another model
+are dropped when the library is opened with a new one, and computed again. A search reads them once into one
+float32 matrix (kept until the index changes) and scores a question against every chunk of the documents it is
+routed to with one matrix product: numpy, no SQLite extension (this machine's Python cannot load one).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["SCHEMA", "VectorMatrix", "load_matrix", "nearest", "store_vectors", "unembedded"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunk_vectors (
+    chunk INTEGER PRIMARY KEY REFERENCES chunks(id) ON DELETE CASCADE,
+    vec BLOB NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class VectorMatrix:
+    """Every stored vector: chunk ids, their documents' ids, and the vectors as rows (float32)."""
+
+    chunks: npt.NDArray[np.int64]
+    documents: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.float32]
+
+
+def unembedded(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, str, str | None]]:
+    """Up to ``limit`` chunks that have no vector yet: (chunk id, document name, text, section), in index order."""
+    return db.execute(
+        "SELECT c.id, d.name, c.text, c.section FROM chunks c JOIN documents d ON d.id = c.doc "
+        "WHERE c.id NOT IN (SELECT chunk FROM chunk_vectors) ORDER BY c.id LIMIT ?",
+        (limit,),
+    ).fetchall()
+
+
+def store_vectors(db: sqlite3.Connection, chunks: Sequence[int], vectors: npt.NDArray[np.float32]) -> None:
+    """Keep ``vectors`` (one row a chunk of ``chunks``) as float16; a chunk deleted meanwhile is skipped."""
+    half = np.asarray(vectors, dtype=np.float16)
+    db.executemany(
+        "INSERT OR REPLACE INTO chunk_vectors (chunk, vec) "
+        "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?)",
+        [(int(c), half[i].tobytes(), int(c)) for i, c in enumerate(chunks)],
+    )
+
+
+def load_matrix(db: sqlite3.Connection) -> VectorMatrix | None:
+    """Every stored vector, or None when there is none."""
+    rows = db.execute(
+        "SELECT v.chunk, c.doc, v.vec FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk ORDER BY v.chunk"
+    ).fetchall()
+    if not rows:
+        return None
+    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float16).reshape(len(rows), -1)
+    return VectorMatrix(
+        np.fromiter((r[0] for r in rows), np.int64, len(rows)),
+        np.fromiter((r[1] for r in rows), np.int64, len(rows)),
+        matrix.astype(np.float32),
+    )
+
+
+def nearest(
+    matrix: VectorMatrix, query: npt.NDArray[np.float32], documents: Sequence[int] | None, k: int
+) -> list[tuple[int, float]]:
+    """The ``k`` chunks (of ``documents``' ids; None: all) whose vectors are closest to ``query`` (cosine, both of
+    length 1): (chunk id, similarity), closest first, ties by chunk id."""
+    if query.shape[-1] != matrix.rows.shape[1]:
+        return []  # vectors of another model than the question's: nothing comparable
+    keep = np.isin(matrix.documents, np.asarray(documents, dtype=np.int64)) if documents is not None else None
+    rows = matrix.rows if keep is None else matrix.rows[keep]
+    ids = matrix.chunks if keep is None else matrix.chunks[keep]
+    if len(ids) == 0 or k <= 0:
+        return []
+    scores = rows @ query.reshape(-1)
+    top = np.argpartition(-scores, min(k, len(ids)) - 1)[:k] if k < len(ids) else np.arange(len(ids))
+    order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), int(ids[i])))
+    return [(int(ids[i]), float(scores[i])) for i in order]
