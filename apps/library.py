@@ -36,10 +36,17 @@ from typing import Any
 
 from minions.documents import Document, load_document
 from minions.documents.files import SUPPORTED_SUFFIXES, check_content, sha256_file, walk
-from minions.errors import DocumentError, DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+from minions.errors import (
+    DocumentError,
+    DocumentNotFoundError,
+    EmptyDocumentError,
+    MinionsError,
+    UnreadableDocumentError,
+)
 from minions.protocols.options import RunOptions
 from minions.protocols.search.index import ChunkIndex
 from minions.protocols.search.library import Library, Sources
+from minions.protocols.search.meaning import EmbedProgress
 
 from .store import DocumentRecord, Store
 
@@ -122,6 +129,9 @@ class AppLibrary:
         """While a folder is being added: the folder, files done of files_total, the file at hand."""
         self._loaded: OrderedDict[str, Document] = OrderedDict()
         self._lock = threading.Lock()
+        self._embedding: threading.Thread | None = None
+        self.embed_progress: EmbedProgress | None = None
+        """While chunks are being given meaning vectors (in the background, after documents are added)."""
 
     # -- adding -----------------------------------------------------------------------------------------------
     def add_upload(self, filename: str, data: bytes) -> DocumentRecord:
@@ -215,6 +225,30 @@ class AppLibrary:
 
     def _index(self, record: DocumentRecord, doc: Document) -> None:
         self.library.put(doc, key=record.id, sha256=record.sha256, size=record.bytes)
+        self._embed_in_background()
+
+    def _embed_in_background(self) -> None:
+        """Give the new chunks meaning vectors in a thread of their own: a question asked meanwhile is searched by
+        words (and meaning where vectors exist already); one thread at a time, which goes on until none is left."""
+        if self.library.embedder is None:
+            return
+        with self._lock:
+            if self._embedding is not None and self._embedding.is_alive():
+                return
+            self._embedding = threading.Thread(target=self._embed, name="minions-embed", daemon=True)
+            self._embedding.start()
+
+    def _embed(self) -> None:
+        try:
+            while self.library.embed(on_progress=self._on_embed):
+                pass  # documents added while it ran: their chunks too
+        except (MinionsError, OSError, RuntimeError) as exc:  # the text index still answers, by words
+            log.warning("embedding the library's chunks failed: %s", exc)
+        finally:
+            self.embed_progress = None
+
+    def _on_embed(self, progress: EmbedProgress) -> None:
+        self.embed_progress = progress
 
     @property
     def index(self) -> ChunkIndex:

@@ -163,7 +163,13 @@ class SentenceTransformersEmbedder:
             return np.zeros((0, 0), dtype=np.float32)
         model = self._load()
         prefixed = [self.query_prefix + t for t in texts] if query and self.query_prefix else list(texts)
-        out = model.encode(prefixed, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True)
+        out = model.encode(
+            prefixed,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
         return normalized(out)
 
 
@@ -220,9 +226,17 @@ class OpenAIEmbedder(_Remote):
         for start in range(0, len(texts), self.batch):
             part = list(texts[start : start + self.batch])
             reply = self._client.embeddings.create(model=self.model, input=part)
-            rows += [d.embedding for d in sorted(reply.data, key=lambda d: d.index)]
+            rows += [_pooled(d.embedding) for d in sorted(reply.data, key=lambda d: d.index)]
             self._account(part, reply.usage.prompt_tokens if reply.usage else 0)
         return normalized(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+
+
+def _pooled(embedding: Any) -> list[float]:
+    """A text's vector; the mean of its tokens' where a server answers one vector a token (llama.cpp's server
+    with a model that has no pooling of its own)."""
+    if embedding and isinstance(embedding[0], list):
+        return [float(x) for x in np.mean(np.asarray(embedding, dtype=np.float32), axis=0)]
+    return list(embedding)
 
 
 class OllamaEmbedder(_Remote):

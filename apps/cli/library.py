@@ -74,6 +74,14 @@ def progress_line(p: Any) -> str:
     )
 
 
+def embed_line(p: Any) -> str:
+    """``meaning vectors [#####-----] 1,200/34,274 chunks  38.1/s  ETA 14m20s`` of an ``EmbedProgress``."""
+    filled = BAR * p.done // p.total if p.total else BAR
+    rate = p.done / p.seconds if p.seconds else 0.0
+    eta = "done" if p.done >= p.total else f"ETA {int(p.eta_s or 0) // 60}m{int(p.eta_s or 0) % 60:02d}s"
+    return f"meaning vectors [{'#' * filled}{'-' * (BAR - filled)}] {p.done:,}/{p.total:,} chunks  {rate:.1f}/s  {eta}"
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from minions.errors import MinionsError
 
@@ -94,8 +102,18 @@ def cmd_index(args: argparse.Namespace) -> int:
         elif p.finished and not args.json:
             print(progress_line(p), file=sys.stderr, flush=True)
 
+    def embedded(p: Any) -> None:
+        if args.json:
+            print(json.dumps({"embedded": p.done, "of": p.total, "elapsed_s": round(p.seconds, 2)}), flush=True)
+        elif live:
+            print("\r" + embed_line(p).ljust(100), end="\n" if p.done >= p.total else "", file=sys.stderr, flush=True)
+        elif p.done >= p.total:
+            print(embed_line(p), file=sys.stderr, flush=True)
+
+    if library.embedder is None:
+        print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
     with library:
-        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed)
+        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded)
         docs = library.documents
         summary = (
             f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
@@ -105,6 +123,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"summary": True, "added": len(report.added), "unchanged": len(report.unchanged),
                           "skipped": report.skipped, "documents": len(docs), "index_s": round(report.seconds, 2),
+                          "embedded": report.embedded, "embed_s": round(report.embed_seconds, 2),
                           "disk_bytes": library.disk_bytes()}))  # fmt: skip
     else:
         for name, why in report.skipped:
@@ -144,7 +163,10 @@ def cmd_cache(args: argparse.Namespace) -> int:
     else:
         print(cache_summary())
         if library is not None:
-            print(f"library {library['path']}: {library['documents']} documents, {library['bytes'] / 1e6:.1f} MB")
+            v = library["vectors"]
+            vectors = f"meaning vectors {v['bytes'] / 1e6:.1f} MB ({v['chunks']} chunks, {v['model'] or 'none'})"
+            print(f"library {library['path']}: {library['documents']} documents, {library['bytes'] / 1e6:.1f} MB, "
+                  f"of which {vectors}")  # fmt: skip
             for d in library["per_document"]:
                 print(f"  {d['name']}: {d['pages']} pages, {d['chunks']} chunks, {d['bytes'] / 1e6:.1f} MB on disk")
     return 0
@@ -163,11 +185,13 @@ def library_usage() -> dict[str, Any] | None:
     index = SqliteIndex(path)
     try:
         docs, size = index.documents(), index.disk_bytes()
+        (vectors, vector_bytes), model = index.vector_bytes(), index.vector_model()
     finally:
         index.close()
     chars = sum(d.chars for d in docs) or 1
     per = [{"name": d.name, "pages": d.pages, "chunks": d.chunks, "bytes": int(size * d.chars / chars)} for d in docs]
-    return {"path": str(path), "documents": len(docs), "bytes": size, "per_document": per}
+    meaning = {"model": model, "chunks": vectors, "bytes": vector_bytes}
+    return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per}
 
 
 def add_cache_bench_parser(kinds: Any) -> None:

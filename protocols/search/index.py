@@ -454,6 +454,12 @@ class SqliteIndex:
             ).fetchall()
         return {name: int(n) for name, n in rows}
 
+    def vector_bytes(self) -> tuple[int, int]:
+        """How many chunks have a vector, and the bytes the vectors take (inside ``disk_bytes``)."""
+        with self._lock:
+            n, size = self._db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(vec)), 0) FROM chunk_vectors").fetchone()
+        return int(n), int(size)
+
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None:
         with self._transaction() as db:
             store_vectors(db, chunks, vectors)
