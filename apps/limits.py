@@ -8,11 +8,15 @@
 - text that every consumer can take: invalid UTF-8 bytes and escaped surrogates (``"\\ud800"``) become U+FFFD
   (``minions.unicode``), and the count goes to the route as ``request.state.replaced_characters``.
 
-A refusal is an OpenAI-shaped error (413, 400), like every other.
+A refusal is an OpenAI-shaped error (413, 400), like every other. After a 413 is sent the rest of the body is
+read and thrown away while it keeps coming (up to ``DRAIN_FACTOR`` times the limit, each piece within
+``DRAIN_WAIT_S``), and only then is the connection closed: a client still sending when the server closes would see
+its connection reset, not the error that says why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any
@@ -27,6 +31,11 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _SQUARE = bytes.maketrans(b"{}", b"[]")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+DRAIN_FACTOR = 16
+"""An oversized body is read and discarded up to this many times the limit after the 413; past that, the
+connection is closed under the client (its bytes cost the server nothing kept, but time)."""
+DRAIN_WAIT_S = 1.0
+"""How long the server waits for the next piece of an oversized body before it closes the connection."""
 
 
 def json_too_deep(body: bytes, limit: int) -> bool:
@@ -73,7 +82,7 @@ class BodyLimits:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.max_bytes:
-            await self._too_large(send)
+            await self._too_large(receive, send, more=True)
             return
         blocks, size, more = [], 0, True
         while more:
@@ -84,7 +93,7 @@ class BodyLimits:
             size += len(blocks[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
-                await self._too_large(send)
+                await self._too_large(receive, send, more=more)
                 return
         body = b"".join(blocks)
         if body and not headers.get("content-type", "").startswith(("multipart/", "application/x-www-form")):
@@ -114,10 +123,22 @@ class BodyLimits:
         scope.setdefault("state", {})["replaced_characters"] = replaced
         return text.encode("utf-8")
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, receive: Receive, send: Send, *, more: bool) -> None:
+        async def drain() -> None:
+            drained, going = 0, more
+            while going and drained <= DRAIN_FACTOR * self.max_bytes:
+                try:
+                    message = await asyncio.wait_for(receive(), DRAIN_WAIT_S)
+                except TimeoutError:  # the client stopped sending (or never began): close
+                    return
+                if message["type"] != "http.request":  # the client left
+                    return
+                drained += len(message.get("body", b""))
+                going = message.get("more_body", False)
+
         limit = self.max_bytes / 1024 / 1024
         message = f"The request body is larger than the limit of {limit:g} MB (--max-request-mb)."
-        await reply(send, 413, message, "request_too_large", close=True)
+        await reply(send, 413, message, "request_too_large", close=True, then=drain)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -113,9 +113,18 @@ def _hostname(host: str) -> str:
     return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
-async def reply(send: Send, status: int, message: str, code: str, *, close: bool = False) -> None:
+async def reply(
+    send: Send,
+    status: int,
+    message: str,
+    code: str,
+    *,
+    close: bool = False,
+    then: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """An OpenAI-shaped error sent before the app sees the request; ``close``: the client's body is left unread,
-    so the connection cannot carry another request."""
+    so the connection cannot carry another request. ``then``: what to do after the error is sent and before the
+    response ends (read the rest of the body, so that a client still sending gets to read the error)."""
     body = json.dumps(
         {"error": {"message": message, "type": "invalid_request_error", "code": code, "param": None}}
     ).encode()
@@ -125,4 +134,7 @@ async def reply(send: Send, status: int, message: str, code: str, *, close: bool
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body, "more_body": then is not None})
+    if then is not None:
+        await then()
+        await send({"type": "http.response.body", "body": b""})

@@ -152,6 +152,25 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(ser
     assert reply.startswith("HTTP/1.1 413") and '"request_too_large"' in reply
 
 
+def test_a_client_that_sends_its_whole_oversized_body_reads_the_413(server: LiveServer) -> None:
+    """21 MB sent in full over a 16 MB limit: the server reads the rest and throws it away, so the client's writes
+    all go through and it reads the error, instead of seeing its connection reset mid-body."""
+    import socket
+
+    size = 21_000_000
+    with socket.create_connection(("127.0.0.1", server.port), timeout=BOUND_S) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {size}\r\n\r\n".encode())  # fmt: skip
+        block = b"x" * 1_048_576
+        for start in range(0, size, len(block)):
+            s.sendall(block[: size - start])
+        pieces = []
+        while piece := s.recv(4096):
+            pieces.append(piece)
+        reply = b"".join(pieces).decode()
+    assert reply.startswith("HTTP/1.1 413") and '"request_too_large"' in reply and "16 MB" in reply
+
+
 def test_the_sdk_reads_the_errors(server: LiveServer) -> None:
     with openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30) as client:
         with pytest.raises(openai.NotFoundError, match="No route /v1/nope"):
