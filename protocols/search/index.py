@@ -36,7 +36,7 @@ from minions.sqlite import write_transaction
 from .bm25 import asks_for_quantity, figure_share, tokenize
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .vectors import SCHEMA as VECTORS_SCHEMA
-from .vectors import VectorMatrix, load_matrix, nearest, store_vectors, unembedded
+from .vectors import VectorMatrix, load_matrix, nearest, similarities, store_vectors, unembedded
 
 __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
@@ -140,6 +140,7 @@ class ChunkIndex(Protocol):
     def vector_counts(self) -> dict[str, int]: ...
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None: ...
     def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]: ...
+    def similarities(self, vector: Any, chunks: Sequence[tuple[str, int]]) -> list[float | None]: ...
     def close(self) -> None: ...
 
 
@@ -464,14 +465,18 @@ class SqliteIndex:
         with self._transaction() as db:
             store_vectors(db, chunks, vectors)
 
+    def _vectors(self) -> VectorMatrix | None:
+        """The stored vectors as one matrix, read again only after a change (call under the lock)."""
+        version = (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
+        if self._matrix is None or self._matrix[0] != version:
+            self._matrix = (version, load_matrix(self._db))
+        return self._matrix[1]
+
     def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]:
         """The ``k`` chunks (of ``documents``; None: all) whose meaning is closest to ``vector`` (a question's, of
         the stored vectors' model), best first, each scored by its cosine similarity."""
         with self._lock:
-            version = (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
-            if self._matrix is None or self._matrix[0] != version:
-                self._matrix = (version, load_matrix(self._db))
-            matrix = self._matrix[1]
+            matrix = self._vectors()
             if matrix is None:
                 return []
             ids = self._ids(documents) if documents is not None else None
@@ -486,6 +491,17 @@ class SqliteIndex:
             ).fetchall()
         by_id = {r[0]: r for r in rows}
         return [_ranked(by_id[i], score) for i, score in found if i in by_id]
+
+    def similarities(self, vector: Any, chunks: Sequence[tuple[str, int]]) -> list[float | None]:
+        """The cosine of ``vector`` to each of ``chunks`` (document name, place), None where one has no vector."""
+        with self._lock:
+            matrix = self._vectors()
+            if matrix is None:
+                return [None] * len(chunks)
+            names = sorted({name for name, _ in chunks})
+            marks = ",".join("?" * len(names))
+            ids = dict(self._db.execute(f"SELECT name, id FROM documents WHERE name IN ({marks})", names).fetchall())
+        return similarities(matrix, vector, [(ids.get(name, -1), place) for name, place in chunks])
 
     def close(self) -> None:
         with self._lock:

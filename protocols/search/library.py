@@ -140,20 +140,23 @@ def search_library(
 ) -> LibrarySearch:
     """Route ``question`` among ``documents`` (names; None: the whole library), then rank the routed documents'
     chunks by words (each routed document after the first at ``OTHER_DOCUMENT`` of its score) and, with an
-    ``embedder`` whose vectors the index holds, by meaning too, the two fused (``meaning.fuse``, ``weight`` on
-    meaning). ``asked``: the question's vector, where the caller has it."""
+    ``embedder`` whose vectors the index holds, by meaning too, over all of ``documents`` (``meaning.fuse``,
+    ``weight`` on meaning). ``asked``: the question's vector, where the caller has it."""
     started = time.perf_counter()
     records = [d for d in index.documents() if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
     found = route(question, profiles, index.document_frequency(tokenize(question)))
     routed = time.perf_counter()
     scope = found.documents if found.routed else ([d.name for d in records] if documents is not None else None)
-    ranked = _by_words(index, question, found, scope, k)
     about: dict[str, Any] = {"meaning": "off"}
-    if embedder is not None:
+    if embedder is None:
+        ranked = _by_words(index, question, found, scope, k)
+    else:
+        words = _by_words(index, question, found, scope, max(k, MEANING_DEPTH))[:MEANING_DEPTH]
         vector = asked if asked is not None else embedder.embed([question], query=True)[0]
-        near = index.meaning_search(vector, documents=scope, k=MEANING_DEPTH)
-        ranked = spread_pages(fuse(ranked, near, weight=weight)) if near else ranked
+        near = index.meaning_search(vector, documents=documents, k=MEANING_DEPTH)
+        closeness = index.similarities(vector, [(r.chunk.document, r.chunk.index) for r in words]) if near else []
+        ranked = spread_pages(fuse(words, closeness, near, weight=weight)) if near else words
         about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
     total = index.chunk_count(found.documents)
     seconds = time.perf_counter() - started

@@ -4,11 +4,14 @@ Words find a figure whose line the question names ("capital expenditure"); they 
 ("what it owes lenders after five years" for "long-term debt maturities thereafter"). A sentence-embedding model
 (``backends.embeddings``) maps both to nearby vectors. The library keeps a vector for each chunk in its own index
 file (``search.vectors``), computed when documents are added (``embed_missing``: in batches, with progress, and
-resumable: what has a vector is not embedded again), and a question's search fuses the two rankings:
+resumable: what has a vector is not embedded again), and a question's search mixes the two:
 
-    words    the chunks BM25 ranks best (with the glossary and the figure prior: ``SqliteIndex.search``)
-    meaning  the chunks whose vectors are closest to the question's (``SqliteIndex.meaning_search``)
-    fused    reciprocal rank fusion, ``1 / (RRF_K + rank by words) + MEANING_WEIGHT / (RRF_K + rank by meaning)``
+    words    the chunks BM25 ranks best in the documents the question is routed to (with the glossary and the
+             figure prior: ``SqliteIndex.search``)
+    meaning  the chunks whose vectors are closest to the question's, in the whole library (routing is by words:
+             a question that names no company or period still finds its passage by meaning)
+    fused    each chunk's words score and cosine scaled to 0..1 over both lists, then
+             ``(1 - MEANING_WEIGHT) * words + MEANING_WEIGHT * meaning`` (``fuse``)
 
 Each chunk is embedded with a short header of where it stands (``chunk_header``: its document's name, form and
 year, and its section), so "Boeing's 2022 auditor" meets the auditor's report of that filing. A document whose
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from minions.backends.embeddings import Embedder
 
-from .ranking import RRF_K, Ranked
+from .ranking import Ranked
 
 if TYPE_CHECKING:
     from .index import ChunkIndex
@@ -45,10 +48,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MEANING_WEIGHT = 0.5
-"""The meaning term's weight in the fusion, the words' counting 1 (chosen on FinanceBench: docs/library.md)."""
-MEANING_DEPTH = 100
-"""Chunks by meaning that the fusion considers (those further down add little to a rank-fused score)."""
+MEANING_WEIGHT = 0.3
+"""Meaning's share of the mix, words' the rest (chosen on FinanceBench's 129 questions: docs/library.md)."""
+MEANING_DEPTH = 300
+"""Chunks by words, and chunks by meaning, that the mix ranks together."""
 EMBED_BATCH = 64
 """Chunks embedded and stored at a time: a stopped run loses at most one batch's work."""
 HEADER_CHARS = 120
@@ -103,18 +106,39 @@ def embed_missing(
     return done
 
 
-def fuse(words: Sequence[Ranked], meaning: Sequence[Ranked], *, weight: float = MEANING_WEIGHT) -> list[Ranked]:
-    """``words`` and ``meaning`` (each best first) as one ranking by reciprocal rank fusion, ``weight`` on
-    meaning's term; a chunk in one list only gets that list's term. Each is scored by its fused score; ties keep
-    words' order, then meaning's."""
-    fused: dict[tuple[str, int], float] = {}
+def fuse(
+    words: Sequence[Ranked],
+    closeness: Sequence[float | None],
+    meaning: Sequence[Ranked],
+    *,
+    weight: float = MEANING_WEIGHT,
+) -> list[Ranked]:
+    """``words`` (best first, by words' score; ``closeness``: each one's cosine to the question, None where it has
+    no vector) and ``meaning`` (the chunks closest to the question, scored by their cosine) as one ranking: each
+    chunk's words score and cosine are scaled to 0..1 over all of them (min-max; a chunk found by meaning alone
+    has the lowest words score, one without a vector the lowest cosine), then mixed, ``weight`` on meaning.
+    Scores are the mix; ties keep words' order, then meaning's."""
+    cosine = {_key(r): c for r, c in zip(words, closeness, strict=True) if c is not None}
+    cosine |= {_key(r): r.score for r in meaning}
     first: dict[tuple[str, int], Ranked] = {}
-    for ranking, w in ((words, 1.0), (meaning, weight)):
-        for rank, r in enumerate(ranking):
-            fused[_key(r)] = fused.get(_key(r), 0.0) + w / (RRF_K + rank + 1)
-            first.setdefault(_key(r), r)
-    order = sorted(fused, key=lambda k: -fused[k])  # stable: words' order, then meaning's, among ties
-    return [replace(first[k], score=fused[k]) for k in order]
+    for r in (*words, *meaning):
+        first.setdefault(_key(r), r)
+    if not first:
+        return []
+    said = {_key(r): r.score for r in words}
+    keys = list(first)
+    lowest_words = min(said.values(), default=0.0)
+    lowest_cos = min(cosine.values(), default=0.0)
+    by_words = _scaled([said.get(k, lowest_words) for k in keys])
+    by_meaning = _scaled([cosine.get(k, lowest_cos) for k in keys])
+    mixed = {k: (1 - weight) * w + weight * m for k, w, m in zip(keys, by_words, by_meaning, strict=True)}
+    return [replace(first[k], score=mixed[k]) for k in sorted(keys, key=lambda k: -mixed[k])]
+
+
+def _scaled(values: Sequence[float]) -> list[float]:
+    """``values`` scaled to 0..1 (all 0 where they are all equal)."""
+    low, high = min(values), max(values)
+    return [(v - low) / (high - low) if high > low else 0.0 for v in values]
 
 
 def _key(r: Ranked) -> tuple[str, int]:

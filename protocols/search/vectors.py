@@ -9,6 +9,7 @@ routed to with one matrix product: numpy, no SQLite extension (this machine's Py
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SCHEMA", "VectorMatrix", "load_matrix", "nearest", "store_vectors", "unembedded"]
+__all__ = ["SCHEMA", "VectorMatrix", "load_matrix", "nearest", "similarities", "store_vectors", "unembedded"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_vectors (
@@ -28,11 +29,18 @@ CREATE TABLE IF NOT EXISTS chunk_vectors (
 
 @dataclass(frozen=True)
 class VectorMatrix:
-    """Every stored vector: chunk ids, their documents' ids, and the vectors as rows (float32)."""
+    """Every stored vector: chunk ids, their documents' ids, their places in their documents, and the vectors as
+    rows (float32)."""
 
     chunks: npt.NDArray[np.int64]
     documents: npt.NDArray[np.int64]
+    places: npt.NDArray[np.int64]
     rows: npt.NDArray[np.float32]
+
+    @functools.cached_property
+    def row_of(self) -> dict[tuple[int, int], int]:
+        """Each chunk's row, by (document id, place)."""
+        return {(int(d), int(p)): i for i, (d, p) in enumerate(zip(self.documents, self.places, strict=True))}
 
 
 def unembedded(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, str, str | None]]:
@@ -57,16 +65,26 @@ def store_vectors(db: sqlite3.Connection, chunks: Sequence[int], vectors: npt.ND
 def load_matrix(db: sqlite3.Connection) -> VectorMatrix | None:
     """Every stored vector, or None when there is none."""
     rows = db.execute(
-        "SELECT v.chunk, c.doc, v.vec FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk ORDER BY v.chunk"
+        "SELECT v.chunk, c.doc, c.idx, v.vec FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk ORDER BY v.chunk"
     ).fetchall()
     if not rows:
         return None
-    matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float16).reshape(len(rows), -1)
-    return VectorMatrix(
-        np.fromiter((r[0] for r in rows), np.int64, len(rows)),
-        np.fromiter((r[1] for r in rows), np.int64, len(rows)),
-        matrix.astype(np.float32),
-    )
+    matrix = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float16).reshape(len(rows), -1)
+    ids, docs, places = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(3))
+    return VectorMatrix(ids, docs, places, matrix.astype(np.float32))
+
+
+def similarities(
+    matrix: VectorMatrix, query: npt.NDArray[np.float32], chunks: Sequence[tuple[int, int]]
+) -> list[float | None]:
+    """The cosine of ``query`` to each of ``chunks`` (document id, place in it), None where one has no vector."""
+    if query.shape[-1] != matrix.rows.shape[1]:
+        return [None] * len(chunks)
+    rows = [matrix.row_of.get(c) for c in chunks]
+    found = [r for r in rows if r is not None]
+    scores = matrix.rows[found] @ query.reshape(-1) if found else np.zeros(0, dtype=np.float32)
+    by_row = dict(zip(found, scores.tolist(), strict=True))
+    return [by_row[r] if r is not None else None for r in rows]
 
 
 def nearest(

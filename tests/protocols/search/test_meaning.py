@@ -44,16 +44,19 @@ class KeywordEmbedder:
         return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
 
 
-def test_fusion_ranks_by_both_lists_at_meanings_weight() -> None:
-    words = [Ranked(BANK, 3.0), Ranked(BUDGET, 2.0)]
-    meaning = [Ranked(CAR, 0.9), Ranked(BUDGET, 0.8)]
-    # equal weight: BUDGET (1/12 + 1/12) beats BANK (1/11), which beats CAR (1/11 counts as much: words first)
-    assert [r.chunk.index for r in fuse(words, meaning, weight=1.0)] == [1, 0, 2]
-    # at a twentieth, meaning cannot lift BUDGET over BANK, and CAR (found by meaning alone) comes last
-    fused = fuse(words, meaning, weight=0.05)
-    assert [r.chunk.index for r in fused] == [0, 1, 2]
-    assert fused[0].score == pytest.approx(1 / 11) and fused[2].score == pytest.approx(0.05 / 11)
-    assert fuse([], []) == [] and fuse(words, []) == [Ranked(BANK, 1 / 11), Ranked(BUDGET, 1 / 12)]
+def test_fusion_mixes_scaled_words_and_meaning_at_meanings_weight() -> None:
+    words = [Ranked(BANK, 3.0), Ranked(BUDGET, 2.0)]  # BM25 scores
+    closeness = [0.2, 0.6]  # their cosines to the question
+    meaning = [Ranked(CAR, 0.9), Ranked(BUDGET, 0.6)]  # the closest chunks, by cosine
+    # scaled over all three: words BANK 1, BUDGET 0, CAR 0 (found by meaning alone: the lowest words score);
+    # meaning BANK 0, BUDGET 4/7, CAR 1
+    fused = fuse(words, closeness, meaning, weight=0.3)
+    assert [(r.chunk.index, round(r.score, 3)) for r in fused] == [(0, 0.7), (2, 0.3), (1, 0.171)]
+    fused = fuse(words, closeness, meaning, weight=0.6)
+    assert [r.chunk.index for r in fused] == [2, 0, 1]  # CAR 0.6, BANK 0.4, BUDGET 0.6 * 4/7
+    assert fuse([], [], []) == []
+    alone = fuse(words, [None, None], [])  # no vectors: words decide, scaled
+    assert [(r.chunk.index, r.score) for r in alone] == [(0, 0.7), (1, 0.0)]
 
 
 def test_a_chunks_header_says_where_it_stands() -> None:
