@@ -311,6 +311,8 @@ def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None
 
 def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
     """One line per question (see the module's docstring), then the summary line."""
+    if config.meaning and not config.library:
+        raise EvalError("--meaning measures the vectors of a library: add --library (FinanceBench's filings).")
     if config.dataset == "financebench":
         root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
         dataset = load_financebench(root)
