@@ -66,11 +66,11 @@ def _module_name(path: Path) -> str:
     return ".".join(["minions", *parts]) if parts[0] != "minions" else ".".join(parts)
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _imports(path: Path, module: str, *, type_only: bool = False) -> set[str]:
     """Every module ``path`` imports, at the top or inside a function (a lazy import is still a dependency);
-    only imports for type checkers are left out."""
+    imports for type checkers are left out unless ``type_only``."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
+    skip = set() if type_only else _type_checking_lines(tree)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -164,21 +164,7 @@ def _library_modules() -> dict[str, Path]:
 
 def _imports_all(path: Path, module: str) -> set[str]:
     """Every module ``path`` imports, imports for type checkers included."""
-    tree = ast.parse(path.read_text())
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
-    return found
+    return _imports(path, module, type_only=True)
 
 
 def test_no_import_cycle_in_the_tree_type_only_imports_included() -> None:

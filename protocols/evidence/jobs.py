@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -242,10 +242,22 @@ def _run_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[Out
     """One attempt at ``jobs``. Each job's event goes out as soon as the backend returns it, so progress is live
     and a client that goes away mid-batch can cancel the rest."""
     requests = [job_request(j.instruction, j.chunk, _params(ctx, j, attempt)) for j in jobs]
+    return _attempt(ctx, jobs, requests, attempt, lambda job, result: (result, *_parse(job, result)))
+
+
+def _attempt(
+    ctx: RunContext,
+    jobs: Sequence[Job],
+    requests: list[ChatRequest],
+    attempt: int,
+    outcome: Callable[[Job, ChatResult], Outcome],
+) -> list[Outcome]:
+    """Run ``requests`` (one a job), each reply made an ``Outcome`` by ``outcome`` and announced as soon as the
+    backend returns it, and every job's local usage metered."""
     outcomes: dict[int, Outcome] = {}
 
     def on_result(i: int, result: ChatResult) -> None:
-        outcomes[i] = (result, *_parse(jobs[i], result))
+        outcomes[i] = outcome(jobs[i], result)
         _announce(ctx, jobs[i], outcomes[i], attempt)
 
     results = _call(ctx, requests, on_result)
@@ -294,18 +306,9 @@ def _score_attempt(ctx: RunContext, jobs: Sequence[Job], attempt: int) -> list[O
     and restored by a local engine), so a question computes only itself: some 40 tokens a chunk. A choice by
     scores is not led astray by the first tokens of a sentence, as a choice decoded token by token is."""
     requests = [scored_request(j.instruction, j.chunk) for j in jobs]
-    outcomes: dict[int, Outcome] = {}
-
-    def on_result(i: int, result: ChatResult) -> None:
-        outcomes[i] = _scored(jobs[i], result) if jobs[i].options else _nothing(ctx)
-        _announce(ctx, jobs[i], outcomes[i], attempt)
-
-    results = _call(ctx, requests, on_result)
-    for i, r in enumerate(results):
-        ctx.meter.add("local", priced(ctx.local, r.usage, ctx.options.price_table))
-        if i not in outcomes:  # a backend that failed as a whole never reported its jobs one by one
-            on_result(i, r)
-    return [outcomes[i] for i in range(len(results))]
+    return _attempt(
+        ctx, jobs, requests, attempt, lambda job, result: _scored(job, result) if job.options else _nothing(ctx)
+    )
 
 
 def _nothing(ctx: RunContext) -> Outcome:

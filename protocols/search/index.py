@@ -412,14 +412,19 @@ class SqliteIndex:
             firsts = [places[i][1].strip("[]").partition(",")[0] for _, i in scored]  # pages: JSON "[3, 4]"
             pages = [(places[i][0], first) if first else None for (_, i), first in zip(scored, firsts, strict=True)]
             kept = [scored[j] for j in page_spread(pages)[:k]]
-            marks = ",".join("?" * len(kept))
-            rows = self._db.execute(
-                "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
-                f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
-                [i for _, i in kept],
-            ).fetchall()
+            return self._read_ranked([(i, score) for score, i in kept])
+
+    def _read_ranked(self, scored: Sequence[tuple[int, float]]) -> list[Ranked]:
+        """The chunks of ids ``scored`` (id, score) read whole, in that order, each with its score (call under
+        the lock)."""
+        marks = ",".join("?" * len(scored))
+        rows = self._db.execute(
+            "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
+            f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
+            [i for i, _ in scored],
+        ).fetchall()
         by_id = {r[0]: r for r in rows}
-        return [_ranked(by_id[i], score) for score, i in kept]
+        return [_ranked(by_id[i], score) for i, score in scored if i in by_id]
 
     def _ids(self, names: Sequence[str]) -> list[int]:
         marks = ",".join("?" * len(names))
@@ -481,16 +486,7 @@ class SqliteIndex:
                 return []
             ids = self._ids(documents) if documents is not None else None
             found = nearest(matrix, vector, ids, k)
-            if not found:
-                return []
-            marks = ",".join("?" * len(found))
-            rows = self._db.execute(
-                "SELECT c.id, d.name, c.idx, c.text, c.start, c.end, c.pages, c.section, c.figures "
-                f"FROM chunks c JOIN documents d ON d.id = c.doc WHERE c.id IN ({marks})",
-                [i for i, _ in found],
-            ).fetchall()
-        by_id = {r[0]: r for r in rows}
-        return [_ranked(by_id[i], score) for i, score in found if i in by_id]
+            return self._read_ranked(found) if found else []
 
     def similarities(self, vector: Any, chunks: Sequence[tuple[str, int]]) -> list[float | None]:
         """The cosine of ``vector`` to each of ``chunks`` (document name, place), None where one has no vector."""
