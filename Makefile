@@ -32,7 +32,7 @@ browser:
 	scripts/install-browser
 
 test: lint typecheck browser
-	$(BIN)/pytest -q -m "not live and not gpu"
+	$(BIN)/pytest -q -m "not live and not gpu" --durations=20
 
 clean-venv:
 	rm -rf $(VENV)
