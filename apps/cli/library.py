@@ -2,6 +2,7 @@
 take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.apps.cli.main``.
 
     minions index FILE|FOLDER... [--library DIR] [--warm]    per file: pages, chunks, added/unchanged/skipped, ETA
+    minions index --watch FOLDER...     the same, then the folders kept in sync: a line per file changed, until Ctrl-C
     minions cache [--json] | minions cache clear
     minions bench cache --document 10K.pdf [--question Q ...]
 """
@@ -26,6 +27,9 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
     index.add_argument("--chunk-size", type=int, help="characters per chunk (default: the protocols' default)")
     index.add_argument(
         "--warm", action="store_true", help="also compute every new chunk's state on the local model (slow: minutes)"
+    )
+    index.add_argument(
+        "--watch", action="store_true", help="then keep the folders in sync: files added, changed, renamed, deleted"
     )
     index.add_argument("--json", action="store_true", help="print one JSON line per file")
     add_model_options(index)
@@ -110,6 +114,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         elif p.done >= p.total:
             print(embed_line(p), file=sys.stderr, flush=True)
 
+    if args.watch:
+        return _watch(library, args.files, added)
     if library.embedder is None:
         print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
     with library:
@@ -133,6 +139,25 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(cache_summary())
     if not report.added and not report.unchanged:
         raise MinionsError("No document could be added: " + "; ".join(f"{f}: {why}" for f, why in report.skipped))
+    return 0
+
+
+def _watch(library: Any, folders: list[str], on_progress: Callable[[Any], None]) -> int:
+    """``minions index --watch``: catch up, then keep the folders in sync until Ctrl-C."""
+    from minions.protocols.search.watch import FolderWatch
+
+    with library:
+        watch = FolderWatch(library, folders, on_progress=on_progress).start()
+        try:
+            if watch.wait_ready():
+                shown = ", ".join(str(f) for f in watch.folders)
+                print(f"library {library.index.path}: {len(library.documents)} documents; watching {shown} "
+                      "(Ctrl-C stops)", file=sys.stderr, flush=True)  # fmt: skip
+            watch.join()
+        except KeyboardInterrupt:
+            print("stopped watching", file=sys.stderr)
+        finally:
+            watch.stop()
     return 0
 
 
