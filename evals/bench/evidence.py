@@ -38,10 +38,11 @@ library.
 
 With ``meaning`` (``--meaning``, with ``--library``), the library embeds every chunk (``protocols.search.meaning``,
 the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,
-over the routed documents, ``library_words`` (words alone), ``library_meaning`` (meaning alone) and
-``library_fused`` (one curve per weight of ``meaning_weights``, keyed by the weight), and the same within the
-question's own filing (``filing_words``, ``filing_meaning``, ``filing_fused``). The summary carries their curves,
-the seconds and chunks embedded (``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with vectors.
+over the whole library (as ``Library.search`` asks it: routed by words, meaning over every document),
+``library_words`` (words alone), ``library_meaning`` (meaning alone) and ``library_fused`` (one curve per weight of
+``meaning_weights``, keyed by the weight), and the same within the question's own filing (``filing_words``,
+``filing_meaning``, ``filing_fused``). The summary carries their curves, the seconds and chunks embedded
+(``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with vectors.
 """
 
 from __future__ import annotations
@@ -123,17 +124,15 @@ def _passages(ranked: Sequence[Ranked]) -> list[Evidence]:
 
 
 def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float]) -> dict[str, Any]:
-    """Words alone, meaning alone and fused at each weight, over the routed documents and within the question's
-    own filing."""
+    """Words alone, meaning alone and fused at each weight, over the whole library (as ``Library.search`` asks it:
+    routed by words, meaning over every document) and within the question's own filing."""
     embedder = library.embedder
     assert embedder is not None
     index, question = library.index, item.question
     asked = embedder.embed([question], query=True)[0]
     gold = sorted({g.document for s in item.evidence for g in s})
-    found = search_library(index, question)
-    scope = list(found.route.documents) if found.route.routed else None
     line: dict[str, Any] = {}
-    for where, documents in (("library", scope), ("filing", gold)):
+    for where, documents in (("library", None), ("filing", gold)):
         words = search_library(index, question, documents=documents, embedder=None)
         line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked))
         line[f"{where}_meaning"] = _recall(item, _passages(index.meaning_search(asked, documents=documents, k=DEPTH)))
