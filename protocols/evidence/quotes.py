@@ -20,7 +20,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from ..search.bm25 import asks_for_quantity, figure_share
+from ..search.bm25 import asks_for_quantity
+from ..search.figures import figure_share, figures
 from ..search.ranking import word_order
 
 __all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
@@ -56,9 +57,6 @@ WRAPPED_LINE = 50
 """A line at least this long, followed by one line break, is prose wrapped at the page width: the sentence goes
 on. Shorter lines (headings, table cells) and lines followed by a list or table item end a piece."""
 _LIST_NUMBER = re.compile(r"\(?\d{1,2}[.)](?:\s|$)")
-_FIGURE = re.compile(
-    r"[$€£]?\(?-?\d(?:[\d,]*\d)?(?:\.\d+)?\)?(?:\s?(?:%|percent|million|billion|thousand))?", re.IGNORECASE
-)
 
 
 @dataclass(frozen=True)
@@ -182,11 +180,7 @@ def _statement(text: str) -> bool:
 def answer_spans(quote: str) -> list[str]:
     """The figures of ``quote`` that may stand as its short answer ("$31.8 million", "12%", "(1,577)"); not the
     number of a list item ("2. Secure financing ...")."""
-    found = [
-        m.group(0).strip()
-        for m in _FIGURE.finditer(quote)
-        if any(ch.isdigit() for ch in m.group(0)) and not (m.start() == 0 and _LIST_NUMBER.match(quote))
-    ]
+    found = [f.text for f in figures(quote) if not (f.start == 0 and _LIST_NUMBER.match(quote))]
     return list(dict.fromkeys(found))[:MAX_ANSWERS]
 
 

@@ -51,7 +51,7 @@ from ..context import RunContext
 from ..options import AnswerMode
 from ..prompts import render
 from ..result import Citation
-from ..search.bm25 import figure_share
+from ..search.figures import figure_share, figures
 from .jobs import REPEATED_WORDS
 from .quotes import spans
 
@@ -76,12 +76,6 @@ WRITE_MAX_TOKENS = 200
 """A written answer is a few sentences."""
 
 _MARKER = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-_FIGURE = re.compile(
-    r"(?<![\w.])[$€£]?\s?\(?(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\)?"
-    r"(?:\s?(?P<scale>%|(?:percent|per cent|thousand|million|billion|trillion|bn|mn|m|k)\b)|(?!\w))",
-    re.IGNORECASE,
-)
-_SCALE = {"thousand": 3, "k": 3, "million": 6, "mn": 6, "m": 6, "billion": 9, "bn": 9, "trillion": 12}
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’-][A-Za-z0-9]+)*")
 COMMON = frozenset(
     re.findall(
@@ -116,23 +110,11 @@ def _size(count: int) -> str:
 
 
 # -- the check ---------------------------------------------------------------------------------------------------
-def _figures(text: str) -> list[tuple[str, Decimal, int]]:
-    """The figures of ``text``: (as written, the number, its power of ten: 6 for "million", 0 without a scale)."""
-    return [
-        (
-            m.group(0).strip(),
-            Decimal(m.group("number").replace(",", "")),
-            _SCALE.get((m.group("scale") or "").lower(), 0),
-        )
-        for m in _FIGURE.finditer(text)
-    ]
-
-
 def _values(text: str) -> set[Decimal]:
     """Every number ``text`` states, as written and at its scale ("$31.8 million": 31.8 and 31800000)."""
     out = set()
-    for _, number, power in _figures(text):
-        out |= {number.normalize(), number.scaleb(power).normalize()}
+    for figure in figures(text):
+        out |= {figure.number.normalize(), figure.value}
     return out
 
 
@@ -145,10 +127,7 @@ def unsupported(answer: str, sources: Sequence[str]) -> list[str]:
     joined = "\n".join(sources)
     values = _values(joined)
     words = {w.lower() for found in _WORD.findall(joined) for w in (found, _bare(found))}
-    missing: list[str] = []
-    for written, number, power in _figures(text):
-        if number.scaleb(power).normalize() not in values:
-            missing.append(written)
+    missing = [figure.text for figure in figures(text) if figure.value not in values]
     found = list(_WORD.finditer(text))
     for i, m in enumerate(found):
         word = _bare(m.group(0))

@@ -2,8 +2,8 @@
 baseline, the Minions scopes).
 
 Terms are lower-cased words and numbers, stop words dropped, plurals made singular ("expenditures",
-"expenditure"). ``figure_share`` and ``asks_for_quantity`` give the prior the ranker adds for questions that ask
-for a quantity: on FinanceBench such answers sit in tables, and passages dense in figures rank better (measured
+"expenditure"). ``asks_for_quantity`` and ``figures.figure_share`` give the prior the ranker adds for questions that
+ask for a quantity: on FinanceBench such answers sit in tables, and passages dense in figures rank better (measured
 in ``minions bench evidence``).
 """
 
@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["BM25", "asks_for_quantity", "figure_share", "tokenize"]
+__all__ = ["BM25", "asks_for_quantity", "tokenize"]
 
 _STOP = frozenset(
     {
@@ -55,7 +55,6 @@ _STOP = frozenset(
 )
 
 
-_FIGURE = re.compile(r"[(\[$€£]?[-+]?\d[\d,.]*[)\]%]?")
 _QUANTITY = re.compile(
     r"\b(?:how (?:much|many)|amount|total|ratio|margin|percent(?:age)?|usd|dollars?|millions?|billions?|"
     r"revenues?|income|expenses?|costs?|capex|expenditures?|cash|debt|assets|liabilities|eps|earnings|growth|"
@@ -81,12 +80,6 @@ def _stem(word: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     return [_stem(t) for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
-
-
-def figure_share(text: str) -> float:
-    """The share of ``text``'s whitespace-separated tokens that are figures (1,577  (305)  $31.8  12%)."""
-    tokens = text.split()
-    return sum(bool(_FIGURE.fullmatch(t)) for t in tokens) / len(tokens) if tokens else 0.0
 
 
 def asks_for_quantity(question: str) -> bool:

@@ -33,7 +33,8 @@ from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
 from minions.sqlite import write_transaction
 
-from .bm25 import asks_for_quantity, figure_share, tokenize
+from .bm25 import asks_for_quantity, tokenize
+from .figures import figure_share
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .vectors import SCHEMA as VECTORS_SCHEMA
 from .vectors import VectorMatrix, load_matrix, nearest, similarities, store_vectors, unembedded

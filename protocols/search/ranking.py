@@ -18,7 +18,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from .bm25 import BM25, asks_for_quantity, figure_share
+from .bm25 import BM25, asks_for_quantity
+from .figures import figure_share
 from .glossary import expand
 
 __all__ = [

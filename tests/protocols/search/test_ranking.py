@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from minions.chunking import Chunk
-from minions.protocols.search.bm25 import asks_for_quantity, figure_share, tokenize
+from minions.protocols.search.bm25 import asks_for_quantity, tokenize
+from minions.protocols.search.figures import figure_share
 from minions.protocols.search.glossary import expand
 from minions.protocols.search.ranking import Ranked, fused_order, lexical_rank, page_spread, search_terms, spread_pages
 
