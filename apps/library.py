@@ -19,6 +19,11 @@ name.
 
 Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
 a folder is added, ``progress`` says which file it is at.
+
+A folder added through the app is kept in sync while the app runs (``AppLibrary.watch``, through
+``protocols.search.watch.FolderWatch``): a file added, changed (by its hash), renamed or deleted there is reflected
+within seconds, and what changed while the app was not running is caught up when it starts. Removing one of a
+folder's documents by hand stops keeping that folder in sync, so that the document does not come back.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from minions.protocols.options import RunOptions
 from minions.protocols.search.index import ChunkIndex
 from minions.protocols.search.library import Library, Sources
 from minions.protocols.search.meaning import EmbedProgress
+from minions.protocols.search.watch import FolderWatch
 
 from .store import DocumentRecord, Store
 
@@ -132,6 +138,11 @@ class AppLibrary:
         self._embedding: threading.Thread | None = None
         self.embed_progress: EmbedProgress | None = None
         """While chunks are being given meaning vectors (in the background, after documents are added)."""
+        self._changing = threading.RLock()
+        """Held while documents are added or removed: the web layer's threads and the folder watch take turns."""
+        self._watch: FolderWatch | None = None
+        self._watching = False
+        """Whether the folders are kept in sync (``watch``); a folder added meanwhile joins them."""
 
     # -- adding -----------------------------------------------------------------------------------------------
     def add_upload(self, filename: str, data: bytes) -> DocumentRecord:
@@ -156,8 +167,16 @@ class AppLibrary:
         return self._register(doc, name, target, "upload", len(data), digest)
 
     def add_folder(self, folder: str) -> FolderReport:
-        """Add every supported file under ``folder`` (a path on this machine), without leaving it."""
+        """Add every supported file under ``folder`` (a path on this machine), without leaving it; the folder is
+        kept in sync from then on (``watch``)."""
         root = self._folder_root(folder)
+        with self._changing:
+            report = self._add_files(root)
+        if self.store.add_folder(str(root)) and self._watching:
+            self.watch()
+        return report
+
+    def _add_files(self, root: Path) -> FolderReport:
         report = FolderReport()
         paths = _walk(root, report)
         for n, path in enumerate(paths):
@@ -333,16 +352,73 @@ class AppLibrary:
         return doc.text[p.start : p.end]
 
     def remove(self, doc_id: str) -> DocumentRecord | None:
-        """Forget a document; an uploaded file is deleted too, a folder's file never."""
-        record = self.store.remove_document(doc_id)
-        if record is None:
-            return None
-        self.library.remove(record.name)
+        """Forget a document; an uploaded file is deleted too, a folder's file never (and its folder is no longer
+        kept in sync: the document would come back)."""
+        record = self._forget(doc_id)
+        if record is not None and record.source == "folder":
+            watched = [f for f in self.store.folders() if Path(record.path).is_relative_to(f)]
+            for folder in watched:
+                self.store.remove_folder(folder)
+                log.info("%s was removed by hand: %s is no longer kept in sync", record.name, folder)
+            if watched and self._watching:
+                self.watch()
+        return record
+
+    def _forget(self, doc_id: str) -> DocumentRecord | None:
+        with self._changing:
+            record = self.store.remove_document(doc_id)
+            if record is None:
+                return None
+            self.library.remove(record.name)
         with self._lock:
             self._loaded.pop(doc_id, None)
         if record.source == "upload" and Path(record.path).parent == self.uploads:
             Path(record.path).unlink(missing_ok=True)
         return record
+
+    # -- folders kept in sync -----------------------------------------------------------------------------------
+    def watch(self) -> None:
+        """Keep the folders added through the app in sync (catching up first), in a thread; called again, follow
+        the folders as they are now."""
+        self.unwatch()
+        self._watching = True
+        folders = [f for f in self.store.folders() if Path(f).is_dir()]
+        for gone in set(self.store.folders()) - set(folders):
+            log.warning("%s is gone: its documents stay in the library until it is back or they are removed", gone)
+        if folders:
+            self._watch = FolderWatch(self.library, folders, sync=self.sync).start()
+
+    def unwatch(self) -> None:
+        """Stop keeping the folders in sync."""
+        self._watching = False
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Wait until the folders are caught up (for at most ``timeout`` seconds); whether they are."""
+        return self._watch is None or self._watch.wait_ready(timeout)
+
+    def sync(self, paths: Sequence[Path]) -> list[FolderReport]:
+        """Bring the documents in line with ``paths`` (files or folders under the folders kept in sync): each
+        folder they are in is synced (``sync_folder``)."""
+        roots = sorted({Path(f) for f in self.store.folders() for p in paths if Path(p).is_relative_to(f)})
+        return [self.sync_folder(root) for root in roots]
+
+    def sync_folder(self, root: Path) -> FolderReport:
+        """Bring the documents from under ``root`` in line with its files: those whose file is gone or changed
+        (its SHA-256) are forgotten, then new and changed files are added; an unchanged file costs its hash."""
+        with self._changing:
+            for r in self.store.documents():
+                path = Path(r.path)
+                within = r.source == "folder" and path.is_relative_to(root)
+                if within and (not path.is_file() or sha256_file(path) != r.sha256):
+                    self._forget(r.id)
+                    log.info("%s changed or is gone: forgotten", r.name)
+            report = self._add_files(root) if root.is_dir() else FolderReport()
+        for record in report.added:
+            log.info("%s added from %s", record.name, root)
+        return report
 
     def _remember(self, doc_id: str, doc: Document) -> None:
         with self._lock:

@@ -1,5 +1,5 @@
 """What the app keeps across restarts, in one SQLite file: the document library, the conversations with their
-messages (each answer with its full run record), and the settings.
+messages (each answer with its full run record), the settings and the folders kept in sync.
 
 One connection, shared by the server's threads under a lock: the app writes a few rows per question, so a
 pool would buy nothing. Every write commits at once, so a crash loses at most the run in flight.
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, added_at REAL NOT NULL);
 """
 
 
@@ -157,6 +158,20 @@ class Store:
             with self._tx() as db:
                 db.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
         return record
+
+    # -- folders kept in sync -------------------------------------------------------------------------------
+    def folders(self) -> list[str]:
+        """The folders added through the app, which it keeps in sync, in the order they were added."""
+        return [r["path"] for r in self._all("SELECT path FROM folders ORDER BY added_at, path")]
+
+    def add_folder(self, path: str) -> bool:
+        """Remember a folder to keep in sync; whether it is new."""
+        with self._tx() as db:
+            return db.execute("INSERT OR IGNORE INTO folders VALUES (?, ?)", (path, time.time())).rowcount > 0
+
+    def remove_folder(self, path: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM folders WHERE path = ?", (path,))
 
     # -- conversations --------------------------------------------------------------------------------------
     def new_conversation(self, title: str = "New conversation") -> ConversationRecord:

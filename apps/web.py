@@ -94,7 +94,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.library.watch()  # the folders added through the app, caught up and kept in sync
         yield
+        state.library.unwatch()
         state.reader.stop()
         store.close()
 

@@ -59,7 +59,9 @@ def watched_folders(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 class FolderWatch:
     """Keeps the documents under ``folders`` in ``library`` as the files are: ``run`` (or ``start`` in a thread)
     catches up, then follows the folders' changes until ``stop``. ``on_progress``: one ``AddProgress`` per file
-    read, unchanged, skipped or removed (status ``removed``)."""
+    read, unchanged, skipped or removed (status ``removed``). ``sync``: what brings the index in line with some
+    paths under the folders (the folders themselves for the catch-up), for a caller that keeps its own records of
+    the documents (the app); left out, ``catch_up`` and ``apply``."""
 
     def __init__(
         self,
@@ -67,10 +69,12 @@ class FolderWatch:
         folders: Sequence[str | os.PathLike[str]],
         *,
         on_progress: Callable[[AddProgress], None] | None = None,
+        sync: Callable[[Sequence[Path]], object] | None = None,
     ) -> None:
         self.library = library
         self.folders = watched_folders(folders)
         self.on_progress = on_progress
+        self.sync = sync
         self.ready = threading.Event()
         """Set once the catch-up is done and every change from then on is followed."""
         self.batches = 0
@@ -148,11 +152,18 @@ class FolderWatch:
         for batch in changes:  # the first comes after _LISTEN_MS at most: the watcher is listening by then
             try:
                 if not self.ready.is_set():
-                    self.catch_up()
+                    if self.sync is not None:
+                        self.sync(self.folders)
+                    else:
+                        self.catch_up()
                     self.ready.set()
                 if batch:
                     # a folder's own "modified" says only that its listing changed: its files come one by one
-                    self.apply(p for change, p in batch if change != watchfiles.Change.modified or not Path(p).is_dir())
+                    paths = [Path(p) for c, p in batch if c != watchfiles.Change.modified or not Path(p).is_dir()]
+                    if self.sync is not None:
+                        self.sync(paths)
+                    else:
+                        self.apply(paths)
                     self.batches += 1
             except (MinionsError, OSError) as exc:
                 log.warning("keeping %s in sync failed (the watch goes on): %s", self.folders[0], exc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,6 +126,64 @@ def test_a_folder_file_that_disappeared_says_so(library: AppLibrary, tmp_path: P
 
     with pytest.raises(DocumentNotFoundError, match="no longer at"):
         fresh.documents([record.id])
+
+
+def _until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_folder_added_through_the_app_is_kept_in_sync(library: AppLibrary, tmp_path: Path) -> None:
+    """Edited, added, renamed and deleted files are reflected within 10 s, unchanged ones are not read again; what
+    changed while nothing watched is caught up at the next start; removing a folder's document by hand stops the
+    sync, so that it does not come back."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nThe depot is in Lyon.")
+    (folder / "b.md").write_text("# B\n\nThe audit was by Grant Thornton.")
+    library.add_folder(str(folder))
+    library.watch()
+    try:
+        assert library.wait_synced(30)
+
+        def texts() -> dict[str, str]:
+            return {r.name: library.load(r).text for r in library.store.documents()}
+
+        def ranked_first(question: str) -> str | None:
+            found = library.search(question)
+            return found.ranking.ranked[0].chunk.document if found.ranking and found.ranking.ranked else None
+
+        loads: list[str] = []
+        read = library._load
+        library._load = lambda path, name: (loads.append(name), read(path, name))[1]  # type: ignore[method-assign]
+        (folder / "a.md").write_text("# A\n\nThe depot moved to Marseille.")
+        assert _until(lambda: "Marseille" in texts().get("a.md", ""))
+        assert ranked_first("Where is the depot?") == "a.md" and "Lyon" not in "".join(texts().values())
+        (folder / "c.md").write_text("# C\n\nHeadcount rose to 812.")
+        assert _until(lambda: "c.md" in texts()) and ranked_first("What was the headcount?") == "c.md"
+        (folder / "c.md").rename(folder / "d.md")
+        assert _until(lambda: "d.md" in texts() and "c.md" not in texts())
+        (folder / "b.md").unlink()
+        assert _until(lambda: "b.md" not in texts())
+        assert "b.md" not in loads and set(loads) <= {"a.md", "c.md", "d.md"}  # unchanged files cost a hash
+
+        library.unwatch()
+        (folder / "e.md").write_text("# E\n\nWritten while nothing watched.")
+        library.watch()
+        assert library.wait_synced(30) and "e.md" in texts()
+
+        (record,) = [r for r in library.store.documents() if r.name == "e.md"]
+        library.remove(record.id)
+        assert library.store.folders() == []
+        (folder / "f.md").write_text("# F\n\nNot followed any more.")
+        time.sleep(2)
+        assert "e.md" not in texts() and "f.md" not in texts()
+    finally:
+        library.unwatch()
 
 
 def test_a_question_over_a_folder_reads_only_the_documents_it_names(make_local_app: AppFactory, tmp_path: Path) -> None:
