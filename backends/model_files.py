@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from minions.errors import ModelNotFoundError
 
-__all__ = ["SMOLLM2_FILE", "resolve_model_path", "size_from_label", "smollm2_path"]
+__all__ = ["SMOLLM2_FILE", "model_file_key", "resolve_model_path", "size_from_label", "smollm2_path"]
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +68,14 @@ def resolve_model_path(path: str | os.PathLike[str]) -> Path:
     if magic != b"GGUF":
         raise ModelNotFoundError(f"{str(p)!r} is not a GGUF model file: convert it with llama.cpp first.")
     return p
+
+
+def model_file_key(path: Path) -> str:
+    """The key of one model file in every cache that depends on its weights (prefix states, cost tables, traces):
+    its name, then a hash of its size, its modification time and its first MiB, so that two files with one name
+    but other weights, or a file rewritten in place, get other keys."""
+    st = path.stat()
+    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    with path.open("rb") as f:
+        digest.update(f.read(1 << 20))
+    return f"{path.stem}-{digest.hexdigest()[:16]}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from minions.paths import cache_dir
 
+from ..model_files import model_file_key
 from ..speculation.depth import CostCurve, CostTable, time_rounds
 from .ffi import LlamaContext, LlamaModel, TokenBatch
 
@@ -96,8 +97,7 @@ def _time_call(
 
 
 def _cost_path(model: LlamaModel, n_threads: int, max_seqs: int, flash_attn: bool) -> Path:
-    st = model.path.stat()
-    key = f"{model.path.stem}-{st.st_size}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
+    key = f"{model_file_key(model.path)}-t{n_threads}-s{max_seqs}{'-fa' if flash_attn else ''}"
     return cache_dir() / "speculator" / f"cost-v4-{key}.json"
 
 

@@ -8,7 +8,7 @@ marked prompt is the same tokens with the cache on or off.
 The state of the prefix (llama.cpp's per-sequence state: the keys and values of its cells, or a recurrent
 model's state; the same calls for both) is saved in a ``KVStore`` under a key that names all it depends on:
 
-- the model file (its size, modification time and the hash of its first MiB),
+- the model file (``model_file_key``: its name, size, modification time and the hash of its first MiB),
 - its chat template, and the prefix's token ids (which the template and the chunk's text made),
 - the settings that change the state's bytes or layout: flash attention (the V layout), the KV types, one
   stream per sequence, the batch size (prompt chunking), and the llama.cpp build.
@@ -29,6 +29,7 @@ import numpy as np
 
 from minions.types import Message, PromptPrefix
 
+from ..model_files import model_file_key
 from .ffi import LlamaContext, LlamaModel
 from .kvstore import KVStore
 
@@ -66,14 +67,6 @@ def marked_prompt(model: LlamaModel, messages: Sequence[Message], mark: PromptPr
     return tokens, n
 
 
-def model_fingerprint(model: LlamaModel) -> str:
-    st = model.path.stat()
-    h = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    with open(model.path, "rb") as f:
-        h.update(f.read(1 << 20))
-    return h.hexdigest()
-
-
 class PrefixCache:
     """Saved prefix states of one model under one set of engine settings."""
 
@@ -85,7 +78,7 @@ class PrefixCache:
         version = getattr(lib, "__version__", "") or _package_version()
         base = {
             "format": FORMAT,
-            "model": model_fingerprint(model),
+            "model": model_file_key(model.path),
             "template": hashlib.sha256(template).hexdigest(),
             "llama_cpp": version,
             "type_k": "f16",

@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from minions.paths import cache_dir
 
+from ..model_files import model_file_key
 from .depth import Calibration, CostCurve, best_first, best_size
 from .tree import TokenTree, Trie
 
@@ -51,7 +52,6 @@ __all__ = [
     "DrafterBase",
     "ScriptedDrafter",
     "TraceCache",
-    "model_key",
     "schema_key",
 ]
 
@@ -324,16 +324,8 @@ class TraceCache(DrafterBase):
     @classmethod
     def for_model(cls, model_path: Path, *, name: str = "trace", **kwargs: Any) -> TraceCache:
         """The persistent cache of one model: ``cache_dir()/speculator/<name>-<model key>.json``."""
-        path = cache_dir() / "speculator" / f"{name}-{model_key(model_path)}.json"
+        path = cache_dir() / "speculator" / f"{name}-{model_file_key(model_path)}.json"
         return cls(name=name, path=path, **kwargs)
-
-
-def model_key(path: Path) -> str:
-    """A model's name and a hash of its size and first MiB: two files with one name but other weights differ."""
-    h = hashlib.sha256(str(path.stat().st_size).encode())
-    with open(path, "rb") as f:
-        h.update(f.read(1 << 20))
-    return f"{path.stem}-{h.hexdigest()[:12]}"
 
 
 def schema_key(schema: Mapping[str, Any] | None) -> str:
