@@ -17,24 +17,49 @@ questions); ``subset="all"`` keeps every question.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from minions.documents import Document, load_document
+from minions.errors import DocumentNotFoundError
+from minions.paths import benchmark_data
 
 from .errors import DatasetLayoutError
 from .gold import GoldEvidence, one_annotator
 from .items import Dataset, EvalItem, read_jsonl, require_fields
 
-__all__ = ["FINANCEBENCH_SUBSETS", "load_financebench"]
+__all__ = ["FINANCEBENCH_SUBSETS", "filing_path", "find_filing", "load_financebench"]
 
 log = logging.getLogger(__name__)
 
 QUESTIONS = Path("data") / "financebench_open_source.jsonl"
 PDFS = Path("pdfs")
 FIELDS = ("financebench_id", "doc_name", "question", "answer")
+
+
+def filing_path(root: str | os.PathLike[str], doc_name: str) -> Path:
+    """Where a checkout keeps a filing: ``root/pdfs/<doc_name>.pdf`` (``doc_name`` with or without ``.pdf``)."""
+    return Path(root) / PDFS / (doc_name if doc_name.lower().endswith(".pdf") else f"{doc_name}.pdf")
+
+
+def find_filing(name: str | os.PathLike[str], data: str | os.PathLike[str] | None = None) -> Path:
+    """The PDF a benchmark reads: ``name`` itself where that is a file, else ``name`` (a file name or a
+    ``doc_name``) in ``data`` or in its ``pdfs/``: a FinanceBench checkout or its folder of PDFs (None:
+    ``$MINIONS_DATA/financebench``; with neither, a ``ConfigError`` that says to pass ``--data``)."""
+    given = Path(name).expanduser()
+    if given.is_file():
+        return given
+    folder = benchmark_data("financebench", data, expected="a FinanceBench checkout with pdfs/, or the pdfs folder")
+    in_checkout = filing_path(folder, str(name))
+    candidates = [given, folder / in_checkout.name, in_checkout]
+    for path in candidates[1:]:
+        if path.is_file():
+            return path
+    looked = ", ".join(str(p) for p in candidates)
+    raise DocumentNotFoundError(f"No PDF {name} (looked at {looked}): pass a path, or --data with the PDFs.")
 
 
 def _numerical(record: dict[str, Any]) -> bool:
@@ -107,7 +132,7 @@ def load_financebench(path: str | Path, *, subset: str = "all") -> Dataset:
         if not keep(record):
             continue
         item_id, doc_name = str(record["financebench_id"]), str(record["doc_name"])
-        pdf = root / PDFS / f"{doc_name}.pdf"
+        pdf = filing_path(root, doc_name)
         if not pdf.is_file():
             skipped[item_id] = f"filing {pdf.name} is not in {root / PDFS}"
             missing_filings.add(pdf.name)

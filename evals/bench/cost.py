@@ -22,6 +22,7 @@ from minions.chunking import Chunk
 from minions.documents import load_document
 from minions.errors import ConfigError
 from minions.evals.bench.engine import BenchConfig
+from minions.evals.financebench import filing_path
 from minions.paths import benchmark_data
 from minions.protocols.evidence.jobs import Job, job_request
 from minions.protocols.evidence.quotes import quote_schema
@@ -66,7 +67,7 @@ def financebench_items(data_dir: Path, items: int) -> list[dict[str, Any]]:
     picked: list[dict[str, Any]] = []
     for line in rows:
         row = json.loads(line)
-        pdf = data_dir / "pdfs" / f"{row['doc_name']}.pdf"
+        pdf = filing_path(data_dir, row["doc_name"])
         if pdf.exists() and all(p["doc_name"] != row["doc_name"] for p in picked):
             picked.append({**row, "pdf": pdf})
         if len(picked) == items:

@@ -43,7 +43,8 @@ import numpy as np
 
 from minions.backends.speculation.speculator import K_MAX
 
-from .engine import BenchConfig, find_document, load_chunks
+from ..financebench import find_filing
+from .engine import BenchConfig, load_chunks
 from .speculative import SpecBenchConfig, _jobs, speculative_bench
 
 __all__ = [
@@ -317,7 +318,7 @@ def deep_bench(
     from minions.backends.llamacpp.engine import EngineConfig
     from minions.backends.llamacpp.ffi import LlamaModel
 
-    pdf = find_document(data, config.document)  # before minutes of building and measuring
+    pdf = find_filing(config.document, data)  # before minutes of building and measuring
     target_path, draft_path = resolve_pair(target, config.draft)
     n_threads = EngineConfig(n_threads=config.n_threads).threads
     load = os.getloadavg()[0]

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from minions.backends.llamacpp.defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
 from minions.backends.settings import cpu_threads
 from minions.errors import ConfigError
-from minions.paths import benchmark_data
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
@@ -96,16 +95,6 @@ class BenchConfig:
     """Off: this benchmark measures batching (``minions bench speculative`` measures speculation)."""
     tie_eps: float = 0.05
     """Logit gap under which two tokens count as tied (batched and single-sequence arithmetic differ)."""
-
-
-def find_document(data: str | os.PathLike[str] | None, name: str) -> Path:
-    """``data`` is a FinanceBench checkout (with ``pdfs/``) or the folder of PDFs itself; None:
-    ``$MINIONS_DATA/financebench``."""
-    data = benchmark_data("financebench", data, expected="a FinanceBench checkout with pdfs/, or the pdfs folder")
-    for path in (data / "pdfs" / name, data / name):
-        if path.is_file():
-            return path
-    raise ConfigError(f"{name} is not in {data} or {data}/pdfs: pass --data with the FinanceBench PDFs.")
 
 
 def load_chunks(pdf: Path, model: LlamaModel, config: BenchConfig) -> list[str]:
@@ -262,8 +251,10 @@ def engine_bench(
     from minions.backends.llamacpp.ffi import LlamaModel
     from minions.backends.llamacpp.quantize import default_local_model
 
+    from ..financebench import find_filing
+
     c = config or BenchConfig()
-    pdf = find_document(data, c.document)
+    pdf = find_filing(c.document, data)
     model_path = default_local_model()
     tokenizer = LlamaModel(model_path)
     requests = (make_jobs or bench_jobs)(load_chunks(pdf, tokenizer, c), c)

@@ -8,7 +8,6 @@ slightly.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import time
@@ -17,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from minions.documents.load import load_document
-from minions.errors import ConfigError, DocumentNotFoundError
-from minions.paths import benchmark_data
 
-__all__ = ["find_pdf", "pdf_bench"]
+from ..financebench import find_filing
+
+__all__ = ["pdf_bench"]
 
 
 def pdf_bench(
@@ -31,32 +30,19 @@ def pdf_bench(
 ) -> Iterator[dict[str, Any]]:
     """One result per file: pages, seconds and pages_per_s, then pypdf_pages, pypdf_seconds, pypdf_pages_per_s.
 
-    ``data``: a folder to find bare file names in (a FinanceBench checkout or its pdfs/); ``pypdf_pages``: time
+    ``data``: a folder to find bare file names in (``find_filing``: a FinanceBench checkout or its pdfs/);
+    ``pypdf_pages``: time
     pypdf on the first N pages only (0: not at all; None: every page).
     """
     with_pypdf = pypdf_pages != 0 and importlib.util.find_spec("pypdf") is not None
     for name in files:
-        path = find_pdf(name, data)
+        path = find_filing(name, data)
         start = time.perf_counter()
         pages = len(load_document(path, cache=False).pages)
         line: dict[str, Any] = {"file": path.name, **_rate("", pages, time.perf_counter() - start)}
         if with_pypdf:
             line |= _pypdf_rate(path, pypdf_pages)
         yield line
-
-
-def find_pdf(name: str | os.PathLike[str], data: str | os.PathLike[str] | None) -> Path:
-    """``name`` as given if it exists, else ``data/name``, else ``data/pdfs/name`` (``data`` None:
-    ``$MINIONS_DATA/financebench`` when that is set)."""
-    candidates = [Path(name)]
-    with contextlib.suppress(ConfigError):  # no data folder: names are paths
-        folder = benchmark_data("financebench", data)
-        candidates += [folder / name, folder / "pdfs" / name]
-    for path in candidates:
-        if path.is_file():
-            return path
-    looked = ", ".join(str(p) for p in candidates)
-    raise DocumentNotFoundError(f"No PDF {name} (looked at {looked}): pass a path, or --data with the PDFs.")
 
 
 def _rate(prefix: str, pages: int, seconds: float) -> dict[str, Any]:

@@ -171,10 +171,11 @@ def speculative_bench(
     from minions.backends.llamacpp.engine import Engine, EngineConfig
     from minions.backends.llamacpp.quantize import default_local_model
 
-    from .engine import BenchConfig, find_document, load_chunks
+    from ..financebench import find_filing
+    from .engine import BenchConfig, load_chunks
 
     c = config or SpecBenchConfig()
-    pdf = find_document(data, c.document)  # before minutes of measuring: missing data fails at once
+    pdf = find_filing(c.document, data)  # before minutes of measuring: missing data fails at once
     model = c.model or default_local_model()
     sides = ("plain", "spec", "again") if c.noise else ("plain", "spec")
     cfg = EngineConfig(max_seqs=max(c.batches), n_threads=c.n_threads, k_max=c.k_max, learn_drafts=False,

@@ -97,11 +97,12 @@ class _Tokens:
 
 
 def _jobs(data: str | os.PathLike[str] | None, backend: TransformersBackend, c: TreeBenchConfig) -> list[ChatRequest]:
-    from .engine import INSTRUCTIONS, BenchConfig, bench_jobs, find_document, load_chunks
+    from ..financebench import find_filing
+    from .engine import INSTRUCTIONS, BenchConfig, bench_jobs, load_chunks
 
     config = BenchConfig(chunks=c.chunks, chunk_tokens=c.chunk_tokens, max_tokens=c.max_tokens,
                          instructions=INSTRUCTIONS[: c.jobs_per_chunk])  # fmt: skip
-    chunks = load_chunks(find_document(data, c.document), _Tokens(backend.tokenizer), config)  # type: ignore[arg-type]
+    chunks = load_chunks(find_filing(c.document, data), _Tokens(backend.tokenizer), config)  # type: ignore[arg-type]
     return bench_jobs(chunks, config)
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from minions.apps.cli.main import main
 from minions.errors import DocumentNotFoundError
-from minions.evals.bench.pdf import find_pdf, pdf_bench
+from minions.evals.bench.pdf import pdf_bench
+from minions.evals.financebench import filing_path, find_filing
 
 from ...minions.doc_helpers import make_pdf
 
@@ -41,4 +42,11 @@ def test_cli_prints_one_json_line_per_file(pdfs: Path, capsys: pytest.CaptureFix
 
 def test_a_missing_file_says_where_it_looked(tmp_path: Path) -> None:
     with pytest.raises(DocumentNotFoundError, match=r"No PDF nope\.pdf \(looked at .*pdfs/nope\.pdf\): pass a path"):
-        find_pdf("nope.pdf", tmp_path)
+        find_filing("nope.pdf", tmp_path)
+
+
+def test_a_filing_is_found_by_its_doc_name_in_a_checkout_or_its_folder_of_pdfs(pdfs: Path) -> None:
+    assert filing_path(pdfs.parent, "five") == filing_path(pdfs.parent, "five.pdf") == pdfs / "five.pdf"
+    for data in (pdfs.parent, pdfs):  # a FinanceBench checkout, or its pdfs/ folder itself
+        assert find_filing("five", data) == find_filing("five.pdf", data) == pdfs / "five.pdf"
+    assert find_filing(pdfs / "five.pdf", None) == pdfs / "five.pdf"  # a path needs no data folder

@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 from minions.backends.speculation import NullSpeculator
+from minions.errors import DocumentNotFoundError
 from minions.evals.bench import speculative as bench
 from minions.evals.bench.speculative import SpecBenchConfig, speculative_bench
+from minions.evals.financebench import find_filing
 
 
 class StepsEngine:
@@ -101,10 +103,10 @@ def test_a_busy_process_stops_when_the_bench_is_killed() -> None:
 
 def _filing(benchmark_data: Path) -> Path:
     """The bench's default filing, or a skip where the benchmark data is not there."""
-    pdf = benchmark_data / "financebench" / "pdfs" / "3M_2018_10K.pdf"
-    if not pdf.is_file():
-        pytest.skip(f"no FinanceBench filing at {pdf}")
-    return pdf
+    try:
+        return find_filing(SpecBenchConfig().document, benchmark_data / "financebench")
+    except DocumentNotFoundError as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.mark.slow
