@@ -17,6 +17,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_REQUEST_BYTES",
     "MAX_UPLOAD_BYTES",
+    "MCP_PORT",
     "SERVE_PORT",
     "TOKEN_ENV",
     "AppConfig",
@@ -27,6 +28,8 @@ __all__ = [
 DEFAULT_HOST = "127.0.0.1"
 APP_PORT = 8765
 SERVE_PORT = 8000
+MCP_PORT = 8808
+"""``minions mcp --http``'s port."""
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 """A request body other than an upload: room for a long document pasted into a message, escaped as JSON."""

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from minions.errors import ConfigError, MinionsError
+from minions.errors import MinionsError
 
 from .bench import add_bench_parser
 from .models import add_model_options as _add_model_options
@@ -40,9 +40,10 @@ EXIT_USAGE = 2
 
 # -- ask -------------------------------------------------------------------------------------------------
 def cmd_ask(args: argparse.Namespace) -> int:
+    from minions.apps.asking import check_protocol
     from minions.documents import load_documents
     from minions.paths import cache_dir, writable_dir
-    from minions.protocols import Budget, default_protocol, get_protocol, missing_remote, needs_remote
+    from minions.protocols import Budget, default_protocol, get_protocol
 
     writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
     if not args.inputs and args.library and not Path(args.library).expanduser().exists():
@@ -61,10 +62,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         raise MinionsError("The question is empty: write what you want to know about the documents.")
     local, remote = _resolve_models(args)
     name = args.protocol or default_protocol(remote is not None)
-    if remote is None and needs_remote(name):
-        raise ConfigError(
-            missing_remote(name, "pass --remote provider/model or set MINIONS_REMOTE, or use --protocol local")
-        )
+    check_protocol(name, remote, "pass --remote provider/model or set MINIONS_REMOTE, or use --protocol local")
     options: dict[str, Any] = {}
     if args.budget_tokens is not None or args.budget_usd is not None:
         options["budget"] = Budget(max_remote_tokens=args.budget_tokens, max_remote_usd=args.budget_usd)
@@ -111,15 +109,11 @@ def _ask_library(
     events: Any,
 ) -> RunResult:
     """``minions ask "question" --library [DIR]``: the whole library, or the documents ``names`` in it."""
+    from minions.apps.asking import ask_library
     from minions.apps.cli.library import open_library
 
-    library = open_library(args, local=local, remote=remote, protocol=protocol, **options)
-    with library:
-        if not library.documents:
-            raise MinionsError(
-                f"The library {library.index.path} is empty: add documents with `minions index FILE|FOLDER...`."
-            )
-        return library.ask(question, list(names) or None, events=events)
+    with open_library(args, local=local, remote=remote, protocol=protocol, **options) as library:
+        return ask_library(library, question, names, events=events)
 
 
 def _print_result(result: RunResult, *, local_name: str, remote_name: str | None, streamed: str) -> None:

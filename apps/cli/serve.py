@@ -1,7 +1,9 @@
-"""``minions app`` (the chat app) and ``minions serve`` (the OpenAI-compatible API), for ``minions.apps.cli.main``.
+"""``minions app`` (the chat app), ``minions serve`` (the OpenAI-compatible API) and ``minions mcp`` (the library
+as an MCP server), for ``minions.apps.cli.main``.
 
     minions app   [--port 8765] [--host 127.0.0.1] [--token T] [--data-dir DIR] [--local M] [--remote M]
     minions serve [--port 8000] ...
+    minions mcp   [--library DIR] [--watch FOLDER]... [--allow FOLDER]... [--http [--port 8808] ...]
 
 Both bind 127.0.0.1 unless told otherwise; any other address needs a token (--token or $MINIONS_APP_TOKEN).
 FastAPI and uvicorn load only when a command runs, so the rest of the CLI starts fast without them.
@@ -20,9 +22,18 @@ from typing import Any
 from minions.errors import ConfigError
 from minions.paths import cache_dir, writable_dir
 
-from ..config import APP_PORT, DATA_DIR_ENV, DEFAULT_HOST, MAX_REQUEST_BYTES, SERVE_PORT, TOKEN_ENV, AppConfig
+from ..config import (
+    APP_PORT,
+    DATA_DIR_ENV,
+    DEFAULT_HOST,
+    MAX_REQUEST_BYTES,
+    MCP_PORT,
+    SERVE_PORT,
+    TOKEN_ENV,
+    AppConfig,
+)
 
-__all__ = ["add_app_parsers", "cmd_app", "cmd_serve"]
+__all__ = ["add_app_parsers", "cmd_app", "cmd_mcp", "cmd_serve"]
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +50,31 @@ def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPars
     add_model_options(serve)
     serve.set_defaults(func=cmd_serve)
 
-    from .library import add_index_parsers
+    mcp = sub.add_parser("mcp", help="the library as an MCP server, for assistants: over stdio, or --http")
+    from .library import add_index_parsers, add_library_option
+
+    add_library_option(mcp, "the library it serves")
+    mcp.add_argument("--watch", action="append", default=[], metavar="FOLDER", help="keep this folder in sync "
+                     "(repeatable); the add tool may read from it")  # fmt: skip
+    mcp.add_argument("--allow", action="append", default=[], metavar="FOLDER", help="a folder the add tool may "
+                     "read from (repeatable); nothing else can be added")  # fmt: skip
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    _add_server_options(mcp, MCP_PORT, data=False)
+    add_model_options(mcp)
+    mcp.set_defaults(func=cmd_mcp)
 
     add_index_parsers(sub, add_model_options)
 
 
-def _add_server_options(p: argparse.ArgumentParser, port: int) -> None:
+def _add_server_options(p: argparse.ArgumentParser, port: int, *, data: bool = True) -> None:
     p.add_argument(
         "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}; any other needs a token)"
     )
     p.add_argument("--port", type=int, default=port, help=f"port (default {port})")
     p.add_argument("--token", help=f"require this bearer token (default: ${TOKEN_ENV})")
-    p.add_argument(
-        "--data-dir", type=Path, help="library and conversations (default: $MINIONS_APP_DIR or ~/.local/share/minions)"
-    )
+    if data:
+        where = "library and conversations (default: $MINIONS_APP_DIR or ~/.local/share/minions)"
+        p.add_argument("--data-dir", type=Path, help=where)
     mb = MAX_REQUEST_BYTES / 1024 / 1024
     p.add_argument(
         "--max-request-mb", type=float, default=mb, help=f"largest request body but an upload (default {mb:g})"
@@ -102,6 +124,58 @@ def _serve(args: argparse.Namespace, *, ui: bool) -> int:
     log_level = "debug" if args.debug else "warning"
     uvicorn.Server(uvicorn.Config(app, log_level=log_level)).run(sockets=[sock])
     return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``minions mcp``: the library's tools over stdio (what desktop assistants start), or over streamable HTTP with
+    the checks and limits of ``minions serve`` (``security.Guard``, ``limits.BodyLimits``)."""
+    import sys
+
+    from ..mcp_server import LibraryServer
+    from .library import add_line, open_library
+    from .models import resolve_models
+
+    local, remote = resolve_models(args)
+    allow = [Path(f).expanduser() for f in args.allow]
+    for folder in allow:
+        if not folder.is_dir():
+            raise ConfigError(f"{folder} is not a folder: --allow takes folders the add tool may read from.")
+    config = None
+    if args.http:
+        config = AppConfig.from_env(host=args.host, port=args.port, token=args.token, ui=False,
+                                    max_request_bytes=max(1, int(args.max_request_mb * 1024 * 1024)))  # fmt: skip
+    server = LibraryServer(
+        open_library(args), local=local, remote=remote, allow=allow, watch=args.watch,
+        on_progress=lambda p: print(add_line(p), file=sys.stderr, flush=True),
+    )  # fmt: skip
+    try:
+        server.start_watching()
+        if config is None:
+            server.mcp.run()  # stdio: stdout carries the protocol, so everything else goes to stderr
+        else:
+            _serve_mcp_http(server, config, debug=args.debug)
+    except KeyboardInterrupt:  # Ctrl-C is how it stops
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def _serve_mcp_http(server: Any, config: AppConfig, *, debug: bool) -> None:
+    import sys
+
+    import uvicorn
+
+    from ..limits import BodyLimits
+    from ..security import Guard
+
+    sock = _bind(config.host, config.port)
+    app = server.mcp.streamable_http_app(host=config.host)
+    guarded = Guard(BodyLimits(app, max_bytes=config.max_request_bytes, max_depth=config.max_json_depth), config)
+    shown = f"[{config.host}]" if ":" in config.host else config.host
+    print(f"minions mcp on http://{shown}:{config.port}/mcp  (library: {server.library.index.path}; Ctrl-C stops)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    uvicorn.Server(uvicorn.Config(guarded, log_level="debug" if debug else "warning")).run(sockets=[sock])
 
 
 def _bind(host: str, port: int) -> socket.socket:
