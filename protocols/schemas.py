@@ -108,11 +108,18 @@ class MinionTurn(_Strict):
 
 
 class JobOutput(BaseModel):
-    """A local job's reply. Lenient on purpose (small models): extra keys are ignored, answers coerced."""
+    """A local job's reply: the answer first (a reply cut short has said it), a verbatim quote, an explanation."""
 
-    explanation: str = ""
-    citation: str | None = None
+    # Lenient on purpose (small models): extra keys are ignored, answers coerced. Its JSON schema
+    # (JOB_OUTPUT_SCHEMA) describes the reply as written, not as accepted: every key in the fields' order, the
+    # explanation a string (the serialization mode: a key with a default is still a key to write).
+    model_config = ConfigDict(
+        json_schema_mode_override="serialization", json_schema_serialization_defaults_required=True
+    )
+
     answer: str | None = None
+    citation: str | None = None
+    explanation: str = ""
 
     @field_validator("explanation", mode="before")
     @classmethod
@@ -123,18 +130,6 @@ class JobOutput(BaseModel):
     @classmethod
     def _optional_text(cls, value: Any) -> str | None:
         return as_answer(value)
-
-
-# The answer comes first: a small model that rambles and runs out of tokens has said it before the cut.
-JOB_OUTPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "answer": {"type": ["string", "null"]},
-        "citation": {"type": ["string", "null"]},
-        "explanation": {"type": "string"},
-    },
-    "required": ["answer", "citation", "explanation"],
-}
 
 
 # Keywords that OpenAI's strict structured outputs reject; pydantic still checks them on the reply.
@@ -169,3 +164,7 @@ def response_schema(model: type[BaseModel]) -> dict[str, Any]:
     ones nullable), no extra keys, no unsupported keywords."""
     schema: dict[str, Any] = _strict(model.model_json_schema())
     return schema
+
+
+JOB_OUTPUT_SCHEMA: dict[str, Any] = response_schema(JobOutput)
+"""What a local job is asked to write (``JobOutput``'s schema): the ``minion`` protocol's local turns."""
