@@ -244,12 +244,14 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     )
     ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
-    ev.add_argument("--library", action="store_true", help="also ask every question of all the filings in one library")
+    ev.add_argument(
+        "--library", action="store_true", help="also ask every question of all the set's documents in one library"
+    )
     ev.add_argument("--library-dir", help="where that library is built or reused (default: a temporary folder)")
     ev.add_argument(
         "--meaning",
         action="store_true",
-        help="with --library: embed the chunks; words, meaning and fused curves, in the library and per filing",
+        help="with --library: embed the chunks; words, meaning and fused curves, in the library and per document",
     )
     ev.add_argument("--embeddings", help=f"the embedding model for --meaning (default {d.embeddings})")
     ev.add_argument(

@@ -32,17 +32,21 @@ so both read the same ones, and both read every one with the model: no ``read_to
 ``compare_failed``. It checks that a model on a server (``openai-compatible/<model>@<url>``) picks what the
 embedded engine picks.
 
-With ``dataset`` (``--dataset``) another benchmark whose items have gold evidence (``bamboo-paperqa``: questions
-over papers, evidence placed as spans; ``qasper``): its documents have no pages, so no ``pages_bm25``, and no
-library.
+With ``dataset`` (``--dataset``) another benchmark (``minions eval datasets``): its documents have no pages, so no
+``pages_bm25``. Its items' gold evidence is what the benchmark marks (``bamboo-paperqa``: sentences placed as
+spans; ``qasper``: paragraphs); a set that marks none (``leval-scientific``, ``leval-financial``, ``pubmedqa``) is
+measured with ``library`` only, its gold being the question's own document: recall@10 is then whether a chunk of
+it is among the 10 best of the whole library (the summary's ``gold`` says which: ``evidence`` or ``document``).
+With ``library``, the library holds every document of the set's questions.
 
 With ``meaning`` (``--meaning``, with ``--library``), the library embeds every chunk (``protocols.search.meaning``,
 the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,
 over the whole library (as ``Library.search`` asks it: routed by words, meaning over every document),
 ``library_words`` (words alone), ``library_meaning`` (meaning alone) and ``library_fused`` (one curve per weight of
 ``meaning_weights``, keyed by the weight), and the same within the question's own filing (``filing_words``,
-``filing_meaning``, ``filing_fused``). The summary carries their curves, the seconds and chunks embedded
-(``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with vectors.
+``filing_meaning``, ``filing_fused``; not where the gold is the document itself). The summary carries their
+curves, the seconds and chunks embedded (``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with
+vectors.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -75,6 +79,7 @@ from ..datasets import dataset_path, load_dataset
 from ..errors import EvalError
 from ..evidence import RECALL_AT, evidence_scores
 from ..financebench import load_financebench
+from ..gold import GoldEvidence
 from ..items import EvalItem
 
 __all__ = ["EvidenceBenchConfig", "evidence_bench"]
@@ -94,7 +99,7 @@ class EvidenceBenchConfig:
     local: str = "llamacpp/default"
     ids: tuple[str, ...] = ()
     dataset: str = "financebench"
-    """The benchmark (``minions eval datasets``); only FinanceBench has pages and a library of its filings."""
+    """The benchmark (``minions eval datasets``); only FinanceBench has pages."""
     lexical_only: bool = False
     """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
     library: bool = False
@@ -123,16 +128,16 @@ def _passages(ranked: Sequence[Ranked]) -> list[Evidence]:
     return [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
 
 
-def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float]) -> dict[str, Any]:
+def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *, within: bool) -> dict[str, Any]:
     """Words alone, meaning alone and fused at each weight, over the whole library (as ``Library.search`` asks it:
-    routed by words, meaning over every document) and within the question's own filing."""
+    routed by words, meaning over every document) and, with ``within``, within the question's own filing."""
     embedder = library.embedder
     assert embedder is not None
     index, question = library.index, item.question
     asked = embedder.embed([question], query=True)[0]
     gold = sorted({g.document for s in item.evidence for g in s})
     line: dict[str, Any] = {}
-    for where, documents in (("library", None), ("filing", gold)):
+    for where, documents in (("library", None), ("filing", gold))[: 2 if within else 1]:
         words = search_library(index, question, documents=documents, embedder=None)
         line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked))
         line[f"{where}_meaning"] = _recall(item, _passages(index.meaning_search(asked, documents=documents, k=DEPTH)))
@@ -152,7 +157,7 @@ def _recall(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
 
 
 def _library_line(
-    item: EvalItem, library: Library, local: Backend | None, config: EvidenceBenchConfig
+    item: EvalItem, library: Library, local: Backend | None, config: EvidenceBenchConfig, *, marked: bool
 ) -> dict[str, Any]:
     found = library.search(item.question)
     gold = sorted({g.document for s in item.evidence for g in s})
@@ -163,7 +168,7 @@ def _library_line(
         "rank_ms": round(found.seconds * 1000, 2),
     }
     if config.meaning:
-        line.update(_meaning_lines(item, library, config.meaning_weights))
+        line.update(_meaning_lines(item, library, config.meaning_weights, within=marked))
     if local is not None:
         result = library.ask(item.question)
         line.update(
@@ -174,16 +179,27 @@ def _library_line(
 
 
 def _open_library(
-    data: Path, config: EvidenceBenchConfig, local: Backend | None, into: str
+    contents: Path | Sequence[Document], config: EvidenceBenchConfig, local: Backend | None, into: str
 ) -> tuple[Library, AddReport]:
-    """The library of every PDF under ``data``'s ``pdfs/`` folder, and the seconds adding them took."""
+    """The library of ``contents`` (a folder's files, or documents), and what adding them took."""
     options: dict[str, Any] = {"read_chunks": config.read_chunks, "score_sentences": config.score_sentences}
     embeddings = config.embeddings if config.meaning else "none"
     library = Library(config.library_dir or into, local=local, protocol="local", embeddings=embeddings, **options)
-    report = library.add(data / "pdfs")
+    report = library.add(contents) if isinstance(contents, Path) else library.add(*contents)
     for name, why in report.skipped:
         log.warning("library: %s skipped: %s", name, why)
     return library, report
+
+
+def _own_documents(item: EvalItem) -> EvalItem:
+    """``item`` with its own documents, whole, as its gold evidence (a set that marks none)."""
+    whole = tuple(GoldEvidence(d.name, start=0, end=len(d.text)) for d in item.documents())
+    return replace(item, evidence=(whole,))
+
+
+def _documents(items: Sequence[EvalItem]) -> list[Document]:
+    """The items' documents, each once."""
+    return list({d.name: d for item in items for d in item.documents()}.values())
 
 
 def _item_line(
@@ -315,23 +331,28 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     if config.dataset == "financebench":
         root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
         dataset = load_financebench(root)
-    elif config.library:
-        raise EvalError(f"--library asks of FinanceBench's filings, not of {config.dataset}'s documents.")
     else:
         root = dataset_path(config.dataset, data)
         dataset = load_dataset(config.dataset, root)
-    items = [i for i in dataset.items if i.evidence and (not config.ids or i.id in config.ids)]
+    marked = any(i.evidence for i in dataset.items)
+    if not marked and not config.library:
+        raise EvalError(
+            f"{config.dataset} marks no evidence: add --library to measure how often its documents are found."
+        )
+    items = [i for i in dataset.items if (i.evidence or not marked) and (not config.ids or i.id in config.ids)]
     items = items[: config.limit] if config.limit else items
+    items = items if marked else [_own_documents(i) for i in items]
+    contents = Path(root) / "pdfs" if config.dataset == "financebench" else _documents(items)
     local = None if config.lexical_only else resolve(config.local)
     compare = resolve(config.compare_local) if config.compare_local and local is not None else None
     lines = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="minions-library-") as into:
-        library, added = _open_library(Path(root), config, local, into) if config.library else (None, None)
+        library, added = _open_library(contents, config, local, into) if config.library else (None, None)
         for item in items:
-            line = _item_line(item, None if library is not None else local, config, compare)
+            line = _item_line(item, None if library is not None else local, config, compare) if marked else {}
             if library is not None:
-                line.update(_library_line(item, library, local, config))
+                line.update(_library_line(item, library, local, config, marked=marked))
             lines.append(line)
             yield line
         if library is not None:
@@ -341,6 +362,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         "summary": True,
         "items": len(lines),
         "skipped": len(dataset.skipped),
+        "gold": "evidence" if marked else "document",
         "read_chunks": config.read_chunks,
         "scored": not config.lexical_only and config.score_sentences,
         "load_avg": [round(x, 2) for x in os.getloadavg()],

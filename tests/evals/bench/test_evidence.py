@@ -73,3 +73,19 @@ def test_meaning_curves_words_meaning_and_fused_in_the_library_and_the_filing(
     assert item["library_words"] == item["filing_words"]  # one filing: the library is the filing
     assert summary["library_fused"] == item["library_fused"] and summary["meaning_weights"] == [0.5, 1.0]
     assert summary["embedded"] > 500 and summary["embed_per_s"] > 0 and summary["index_mb"] > 0
+
+
+@needs("pubmedqa/ori_pqal.json")
+def test_a_set_that_marks_no_evidence_is_measured_by_its_documents_in_one_library() -> None:
+    """PubMedQA marks no evidence: each question's own abstract is its gold, found (or not) among the chunks of
+    every abstract of the set's questions."""
+    from minions.evals.errors import EvalError
+
+    with pytest.raises(EvalError, match="add --library"):
+        list(evidence_bench(DATA / "pubmedqa", EvidenceBenchConfig(dataset="pubmedqa", lexical_only=True, limit=5)))
+    config = EvidenceBenchConfig(dataset="pubmedqa", lexical_only=True, library=True, limit=40)
+    *items, summary = evidence_bench(DATA / "pubmedqa", config)
+    assert len(items) == 40 and summary["gold"] == "document" and summary["index_mb"] > 0
+    assert all("filing_words" not in item and set(item["library"]) == {"@1", "@5", "@10", "@20"} for item in items)
+    # words find a question's own abstract among 40 for nearly every question (0.97 @10 over all 1,000)
+    assert summary["library"]["@10"] >= 0.9 and summary["library"]["@1"] <= summary["library"]["@10"]
