@@ -10,7 +10,10 @@ A backend is a small object with a name, its declared capabilities and these cal
   does not stream: ``capabilities.streaming`` says whether it does).
 - ``parameter_count() -> int | None``: the model's size, where the model file or the server tells it.
 
-Protocols branch on ``capabilities``, never on the class.
+Protocols branch on ``capabilities``, never on the class. A backend whose server is asked some of them on their
+first read (``AskingBackend``, a fleet of them) also says what is known without asking and what asking would send
+(``declared_capabilities``, ``questions``): a remote model is never asked what only the local side needs, and a
+local model on another machine has its question recorded with its prompts.
 """
 
 from __future__ import annotations
@@ -23,25 +26,35 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from minions.cost import Price
 from minions.errors import BackendError
 from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 __all__ = [
+    "PROBE",
     "AskingBackend",
+    "Asks",
     "Backend",
     "BaseBackend",
     "Capabilities",
     "MessagesLike",
     "OnResult",
+    "Priced",
     "cancelled_result",
+    "declared_capabilities",
     "error_result",
+    "own_price",
+    "questions",
 ]
 
 log = logging.getLogger(__name__)
 
 MessagesLike = Iterable[Message | Mapping[str, Any]] | str
 OnResult = Callable[[int, ChatResult], None]
+
+PROBE = ChatRequest((Message("user", "Hi"),), SamplingParams(max_tokens=1, logprobs=1))
+"""The one request that finds out whether a server reports log-probabilities (one token back)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +97,45 @@ class Backend(Protocol):
         ...
 
     def count_tokens(self, text: str) -> int: ...
+
+
+@runtime_checkable
+class Asks(Protocol):
+    """A backend that asks its server some of its capabilities the first time ``capabilities`` is read."""
+
+    @property
+    def declared(self) -> Capabilities:
+        """The capabilities known without asking: as declared until the server was asked, then as it answered."""
+        ...
+
+    def questions(self) -> list[ChatRequest]:
+        """The requests with text that the first read of ``capabilities`` sends; none once it has been read."""
+        ...
+
+
+@runtime_checkable
+class Priced(Protocol):
+    """A backend that prices its own calls (``ChatResult.usage.cost_usd``), at ``price`` per million tokens."""
+
+    @property
+    def price(self) -> Price | None: ...
+
+
+def declared_capabilities(backend: Backend) -> Capabilities:
+    """What ``backend`` can do as far as is known without sending its server anything (``Asks.declared``, else its
+    ``capabilities``). Whether a server reports log-probabilities or runs requests together matters to the local
+    side only: a remote model is read through this, and never asked."""
+    return backend.declared if isinstance(backend, Asks) else backend.capabilities
+
+
+def questions(backend: Backend) -> list[ChatRequest]:
+    """The requests the first read of ``backend.capabilities`` would still send its server (``Asks.questions``)."""
+    return backend.questions() if isinstance(backend, Asks) else []
+
+
+def own_price(backend: Backend) -> Price | None:
+    """The price ``backend`` charges its calls at, where it prices them itself (``Priced``); None: a price table's."""
+    return backend.price if isinstance(backend, Priced) else None
 
 
 def error_result(model: str, exc: BaseException) -> ChatResult:
@@ -201,6 +253,15 @@ class AskingBackend(BaseBackend):
     @capabilities.setter
     def capabilities(self, declared: Capabilities) -> None:
         self._capabilities, self._logprobs_known = declared, True
+
+    @property
+    def declared(self) -> Capabilities:
+        """The capabilities as declared, or as the server answered once it was asked; reading them asks nothing."""
+        return self._capabilities
+
+    def questions(self) -> list[ChatRequest]:
+        """``PROBE``, until the server has been asked (``_reports_logprobs``)."""
+        return [] if self._logprobs_known else [PROBE]
 
     def _asked(self, declared: Capabilities) -> Capabilities:
         """``declared`` with what the server says it does: whether it reports log-probabilities (subclasses that

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
+from minions.cost import Price
 from minions.errors import (
     BackendConnectionError,
     BackendError,
@@ -105,20 +106,39 @@ class FleetBackend(BaseBackend):
         servers at once (on one server, where it runs several together)."""
         if self._capabilities is None:
             with ThreadPoolExecutor(len(self.servers)) as pool:  # each server is asked at the same time
-                every = list(pool.map(lambda server: server.capabilities, self.servers))
-            self._capabilities = Capabilities(
-                json_schema=all(c.json_schema for c in every),
-                logprobs=all(c.logprobs for c in every),
-                batching=len(self.servers) > 1 or all(c.batching for c in every),
-                streaming=True,
-                local=self._local,
-                context_window=min(c.context_window for c in every),
-            )
+                self._capabilities = self._joined(list(pool.map(lambda server: server.capabilities, self.servers)))
         return self._capabilities
 
     @capabilities.setter
     def capabilities(self, declared: Capabilities) -> None:
         self._capabilities = declared
+
+    def _joined(self, every: Sequence[Capabilities]) -> Capabilities:
+        """What the fleet does, given what each of its servers does."""
+        return Capabilities(
+            json_schema=all(c.json_schema for c in every),
+            logprobs=all(c.logprobs for c in every),
+            batching=len(self.servers) > 1 or all(c.batching for c in every),
+            streaming=True,
+            local=self._local,
+            context_window=min(c.context_window for c in every),
+        )
+
+    @property
+    def declared(self) -> Capabilities:
+        """What every server does as far as is known without asking them (``backends.base.Asks``)."""
+        if self._capabilities is not None:
+            return self._capabilities
+        return self._joined([server.declared for server in self.servers])
+
+    def questions(self) -> list[ChatRequest]:
+        """What reading ``capabilities`` the first time sends: each server's question."""
+        return [] if self._capabilities is not None else [q for server in self.servers for q in server.questions()]
+
+    @property
+    def price(self) -> Price | None:
+        """What its calls cost per million tokens: its servers' price (they price each reply)."""
+        return self.servers[0].price
 
     def in_flight(self, server: OpenAIBackend) -> int:
         """Requests in flight on ``server``: ``per_server``, else the slots it reports, else ``DEFAULT_PER_SERVER``."""

@@ -50,7 +50,7 @@ from minions.tokens import count_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
-from .base import AskingBackend, Capabilities, MessagesLike, OnResult
+from .base import PROBE, AskingBackend, Capabilities, MessagesLike, OnResult
 from .model_files import size_from_label
 from .settings import count_from_env
 from .wire import first_error, glimpse, logprob_steps
@@ -75,8 +75,6 @@ MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds per message (role markers)."""
 MAX_TOP_LOGPROBS = 20
 """The most alternatives per token Ollama reports (``top_logprobs``)."""
-PROBE = [Message("user", "Hi")]
-"""What the one request that finds out whether the server reports log-probabilities sends (one token back)."""
 
 
 def ollama_host() -> str:
@@ -137,7 +135,7 @@ class OllamaBackend(AskingBackend):
         as a job's, so that the model it loads is the one the jobs use). A server that cannot be asked counts as
         one that does not report them."""
         try:
-            reply = self._client.chat(**self._request(PROBE, SamplingParams(max_tokens=1, logprobs=1)))
+            reply = self._client.chat(**self._request(list(PROBE.messages), PROBE.params))
         except (*_FAILURES, *_NOT_OLLAMA) as exc:
             log.info("Ollama at %s: no log-probabilities (%s: %s)", self.host, type(exc).__name__, exc)
             return False

@@ -43,7 +43,7 @@ import httpx
 import openai
 from pydantic import ValidationError
 
-from minions.cost import PriceTable, default_price_table
+from minions.cost import Price, PriceTable, default_price_table
 from minions.errors import (
     BackendConnectionError,
     BackendError,
@@ -61,7 +61,7 @@ from minions.tokens import count_tokens
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
-from .base import AskingBackend, Capabilities, MessagesLike
+from .base import PROBE, AskingBackend, Capabilities, MessagesLike
 from .wire import SHOWN_BYTES, Completion, Delta, first_error, glimpse, logprob_steps, sse_data
 
 __all__ = [
@@ -139,8 +139,6 @@ _REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
 MAX_TOP_LOGPROBS = 20
 """The most alternatives per token OpenAI's API reports (``top_logprobs``); servers that copy it cap it too."""
-PROBE = [Message("user", "Hi")]
-"""What the one request that finds out whether a server reports log-probabilities sends (one token back)."""
 DEFAULT_CONCURRENCY = 8
 """Requests of a batch in flight at once where the server does not say how many it runs together."""
 MAX_REQUEUES = 3
@@ -439,6 +437,11 @@ class OpenAIBackend(AskingBackend):
         """The base URL requests go to, for messages."""
         return self.address
 
+    @property
+    def price(self) -> Price | None:
+        """What its calls cost per million tokens (each reply's ``usage.cost_usd`` is priced at it); None: unknown."""
+        return (self._prices or default_price_table()).lookup(self.model)
+
     # -- capabilities ------------------------------------------------------------------------------
 
     @property
@@ -494,7 +497,7 @@ class OpenAIBackend(AskingBackend):
         """Whether the server answers a request for log-probabilities with them: one attempt, one token. A server
         that refuses the request, or that cannot be reached, counts as one that does not report them: its jobs
         take the schema path, which asks nothing of it that it may not do."""
-        request = self._request(PROBE, SamplingParams(max_tokens=1, logprobs=1))
+        request = self._request(list(PROBE.messages), PROBE.params)
         try:
             choice = self._post(request, timeout=min(self.timeout, PROBE_TIMEOUT_S)).choices[0]
         except _CALL_ERRORS as exc:
@@ -672,7 +675,7 @@ class OpenAIBackend(AskingBackend):
         if choice.logprobs is not None and choice.logprobs.content:
             stats["logprobs"] = logprob_steps(choice.logprobs.content)
         usage = Usage(prompt, completion_tokens, cached, calls=1, seconds=seconds)
-        usage = replace(usage, cost_usd=(self._prices or default_price_table()).cost(self.model, usage))
+        usage = replace(usage, cost_usd=self.price.cost(usage) if self.price else 0.0)
         return ChatResult(
             text=text,
             usage=usage,

@@ -48,13 +48,13 @@ class RemoteOnly(BaseProtocol):
     def _run(self, ctx: RunContext) -> None:
         ctx.rounds = 1
         text = "\n\n".join(f"# {d.name}\n{d.text}" for d in ctx.documents)
-        remote = ctx.remote.backend
-        limit = remote.capabilities.context_window - ctx.options.remote_max_tokens - PROMPT_RESERVE
+        remote, window = ctx.remote.backend, ctx.remote.capabilities.context_window
+        limit = window - ctx.options.remote_max_tokens - PROMPT_RESERVE
         context, cut = fit_to_tokens(text, remote, max(limit, 1))
         if cut:
             ctx.notice(
                 f"The documents exceed {remote.name}'s context window "
-                f"({remote.capabilities.context_window} tokens): it reads the first {len(context)} of "
+                f"({window} tokens): it reads the first {len(context)} of "
                 f"{len(text)} characters."
             )
         ctx.evidence = [

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from minions.backends.base import Backend
+from minions.backends.base import Backend, declared_capabilities
 from minions.documents import Document
 from minions.errors import MinionsError
 from minions.events import CancelToken, EventSink, Notice, emit
@@ -60,8 +60,8 @@ class RunContext:
 
     def __post_init__(self) -> None:
         # Every local call goes through ctx.local: a local model on another machine is recorded there, once.
-        if not self.local.capabilities.local:
-            self.local = LocalEgress(self.local, self.egress, lambda: self.rounds)
+        if not declared_capabilities(self.local).local:
+            self.local = LocalEgress(self.local, self.egress, lambda: self.rounds, self.meter, self.options.price_table)
 
     @property
     def next_job_id(self) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from minions.chunking import DEFAULT_CHUNK_SIZE, ChunkBy
-from minions.cost import PriceTable, default_price_table
+from minions.cost import Price, PriceTable, default_price_table
 from minions.errors import ConfigError
+from minions.types import Usage
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -49,6 +51,21 @@ class Budget:
         if self.max_remote_usd is not None and usd > self.max_remote_usd:
             return f"remote budget of ${self.max_remote_usd:.4f} reached (${usd:.4f} needed)"
         return None
+
+    def reply_tokens(self, spent: Usage, prompt_tokens: int, price: Price | None) -> int | None:
+        """The longest reply a request of ``prompt_tokens`` may get with ``spent`` already spent, each token paid
+        at ``price`` (None: unknown, so only the token limit holds); negative where even the prompt does not fit,
+        None where nothing limits it."""
+        limits = []
+        if self.max_remote_tokens is not None:
+            limits.append(self.max_remote_tokens - spent.total_tokens - prompt_tokens)
+        if self.max_remote_usd is not None and price is not None:
+            left = self.max_remote_usd - spent.cost_usd - price.cost(Usage(prompt_tokens=prompt_tokens))
+            if price.output > 0:
+                limits.append(math.floor(left * 1e6 / price.output))
+            elif left < 0:
+                limits.append(-1)
+        return min(limits) if limits else None
 
 
 @dataclass(frozen=True)

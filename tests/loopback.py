@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
-from typing import TypeVar
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
 
-__all__ = ["LoopbackServer", "serving"]
+__all__ = ["LoopbackServer", "send_json", "serving"]
 
 
 class LoopbackServer(ThreadingHTTPServer):
@@ -38,3 +39,13 @@ def serving(server: S) -> Iterator[S]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def send_json(handler: BaseHTTPRequestHandler, value: Any, status: int = 200) -> None:
+    """Answer the request ``handler`` is serving with ``value`` as JSON."""
+    data = json.dumps(value).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

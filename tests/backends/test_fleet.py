@@ -25,7 +25,7 @@ from minions.backends.registry import resolve
 from minions.errors import UnknownProviderError
 from minions.types import ChatRequest, Message, PromptPrefix, SamplingParams
 from tests.conftest import ServerStarter
-from tests.loopback import LoopbackServer, serving
+from tests.loopback import LoopbackServer, send_json, serving
 
 
 class EchoServer(LoopbackServer):
@@ -58,12 +58,7 @@ class EchoHandler(BaseHTTPRequestHandler):
         if self.path != "/props" or self.server.slots is None:
             self.send_error(404)
             return
-        data = json.dumps({"total_slots": self.server.slots, "n_ctx": 4096}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, {"total_slots": self.server.slots, "n_ctx": 4096})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -86,12 +81,7 @@ class EchoHandler(BaseHTTPRequestHandler):
         if body.get("logprobs") and self.server.logprobs:
             top = [{"token": word, "logprob": -0.1}]
             reply["choices"][0]["logprobs"] = {"content": [{"token": word, "logprob": -0.1, "top_logprobs": top}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, reply)
 
 
 @pytest.fixture

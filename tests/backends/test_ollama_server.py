@@ -19,7 +19,7 @@ import pytest
 from minions.backends.ollama import OllamaBackend
 from minions.errors import ModelNotFoundError
 from minions.types import ChatRequest, Message, SamplingParams
-from tests.loopback import LoopbackServer, serving
+from tests.loopback import LoopbackServer, send_json, serving
 
 MODEL = "llama3.2"
 TRAINED = 65_536
@@ -68,12 +68,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, body, status)
 
     def do_GET(self) -> None:
         if self.path == "/api/tags":

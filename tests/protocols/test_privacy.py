@@ -211,7 +211,9 @@ def test_ollama_as_the_local_model_is_recorded_only_on_another_host(doc, host, l
     result = LocalOnly(local).run("What was revenue in fiscal 2023?", [doc])
 
     assert result.complete and "$4.2 billion" in result.answer and seen
-    assert len(result.egress) == (len(seen) if leaves else 0)
+    # elsewhere, the backend's question of its own (does the server report log-probabilities?) left too
+    assert len(result.egress) == (len(seen) + 1 if leaves else 0)
+    assert [r.text for r in result.egress[:1]] == (["Hi"] if leaves else [])
     assert (result.local_egress is not None) == leaves
 
 
