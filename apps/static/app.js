@@ -104,12 +104,16 @@ function selectedDocIds() {
   return state.docs.filter((d) => !off.has(d.id)).map((d) => d.id);
 }
 
+// What was added reads in the page's neutral text colour; only what was not added reads as an error.
 function reportAdded(result) {
   const added = result.added.map((d) => `${d.name}${d.pages ? ` (${d.pages} p.)` : ""}`);
   const lines = [];
-  if (added.length) lines.push(`Added ${added.join(", ")}.`);
-  for (const r of result.rejected) lines.push(`Not added: ${r.error}`);
-  setStatus($("#library-status"), lines.join("\n") || "Nothing to add.", result.rejected.length ? "error" : "ok");
+  if (added.length) lines.push(el("span", { class: "line added", text: `Added ${added.join(", ")}.` }));
+  for (const r of result.rejected) lines.push(el("span", { class: "line rejected", text: `Not added: ${r.error}` }));
+  const node = $("#library-status");
+  if (!lines.length) return setStatus(node, "Nothing to add.");
+  setStatus(node, "");
+  node.replaceChildren(...lines);
 }
 
 async function upload(files) {

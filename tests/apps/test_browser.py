@@ -56,7 +56,14 @@ def test_add_a_pdf_ask_see_the_streamed_answer_and_find_it_after_a_reload(
 
         css(browser, "#doc-upload")[0].send_keys(str(fake))
         wait(browser, lambda d: "not a PDF" in css(d, "#library-status")[0].text)
-        css(browser, "#doc-upload")[0].send_keys(str(pdf))
+        assert "error" in css(browser, "#library-status")[0].get_attribute("class")  # nothing was added
+        css(browser, "#doc-upload")[0].send_keys(f"{fake}\n{pdf}")
+        added = wait(browser, lambda d: css(d, "#library-status .added"))[0]
+        (rejected,) = css(browser, "#library-status .rejected")
+        assert added.text == "Added report.pdf (3 p.)." and "not a PDF" in rejected.text
+        # what was added reads in the page's neutral text colour; only what was not, in the error colour
+        assert added.value_of_css_property("color") == css(browser, "body")[0].value_of_css_property("color")
+        assert rejected.value_of_css_property("color") == "rgba(201, 42, 42, 1)"  # --err
         doc = wait(browser, lambda d: css(d, "#doc-list .doc"))[0]
         assert "report.pdf" in doc.text and "3 pages" in doc.text
 
