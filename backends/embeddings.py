@@ -191,6 +191,10 @@ def _load_sentence_transformer(model: str, max_tokens: int | None, dtype: str) -
             "Embeddings on this device need sentence-transformers: pip install 'minions[meaning]', or set "
             f"{EMBEDDINGS_ENV}=none to search by words alone."
         ) from exc
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # its "Loading weights" bar would come before a command's answer
     try:
         loaded = SentenceTransformer(
             model,
@@ -204,6 +208,9 @@ def _load_sentence_transformer(model: str, max_tokens: int | None, dtype: str) -
             f'that holds it, download it once (python -c "from sentence_transformers import SentenceTransformer; '
             f"SentenceTransformer('{model}')\"), or set {EMBEDDINGS_ENV}=none."
         ) from exc
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
     if max_tokens is not None:
         loaded.max_seq_length = max_tokens
     return loaded

@@ -4,7 +4,10 @@ this machine's own network address: then the texts sent are refused unless allow
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +70,13 @@ def test_a_real_server_embeds_and_what_leaves_is_counted(smollm2_gguf: Path) -> 
         sent = away.sent
         assert (sent.requests, sent.texts, sent.bytes) == (1, 1, len(b"Total revenue was $31.8 million."))
         assert sent.tokens > 0 and sent.host == there.split("//")[1].split("/")[0]
+
+
+@pytest.mark.slow
+def test_loading_the_model_on_this_device_prints_nothing() -> None:
+    """A command's output starts with its answer: the model's load draws no progress bar on stderr."""
+    code = "from minions.backends.embeddings import resolve_embedder as r; print(r('auto').embed(['x']).shape)"
+    env = {k: v for k, v in os.environ.items() if k != "MINIONS_EMBEDDINGS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().startswith("(1,"), proc.stderr[-2000:]
+    assert "Loading" not in proc.stderr and "%|" not in proc.stderr
