@@ -20,6 +20,7 @@ from minions.errors import (
     DocumentError,
     DocumentNotFoundError,
     MinionsError,
+    ModelOutputError,
 )
 from minions.protocols import default_protocol
 from minions.unicode import valid_text
@@ -127,7 +128,7 @@ def status_for(exc: BaseException) -> int:
         return 422
     if isinstance(exc, ConfigError | BudgetExceededError):
         return 400
-    if isinstance(exc, BackendError):
+    if isinstance(exc, BackendError | ModelOutputError):  # the model upstream failed, or wrote nothing usable
         return 502
     return 500
 

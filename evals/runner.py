@@ -6,7 +6,8 @@
 
 Steps, per item: load its documents, run the protocol, score the answer (and ask the judge, if any), measure
 its evidence against the benchmark's gold evidence, write the line. An item whose run raises is recorded with
-its error and score 0, and the run goes on: a ``BackendError`` is the model's failure (``error_kind`` "model");
+its error and score 0, and the run goes on: a ``BackendError`` or a ``ModelOutputError`` is the model's failure
+(``error_kind`` "model");
 any other exception is a fault of ours (``error_kind`` "harness", with its ``traceback`` in the line).
 ``run_grid`` runs protocols x datasets x model pairs, one results file per configuration.
 """
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from minions.backends.base import Backend
 from minions.backends.registry import resolve
-from minions.errors import BackendError
+from minions.errors import BackendError, ModelOutputError
 from minions.protocols import BaseProtocol, RunResult, get_protocol
 from minions.protocols.search.library import Library
 
@@ -138,7 +139,7 @@ def run_item(
         result = protocol.run(item.task, documents, ranking=ranking)
     # An item that fails is recorded and the run goes on: one bad item must not cost the hours spent on the
     # others. A model's failure is expected now and then; anything else is a bug, kept with its traceback.
-    except BackendError as exc:
+    except (BackendError, ModelOutputError) as exc:
         log.warning("%s %s failed: %s: %s", config.protocol, item.id, type(exc).__name__, exc)
         return {**record, **_failure(item, exc, time.perf_counter() - started, "model")}
     except Exception as exc:

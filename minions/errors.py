@@ -16,8 +16,10 @@
     │   ├── BackendTimeoutError
     │   ├── ContextLengthError      the prompt does not fit the model's context
     │   ├── MalformedResponseError  the server answered, but not with its API's reply (an HTML page, cut-off JSON)
-    │   ├── NoLogprobsError         a reply without the log-probabilities the call asked for
-    │   └── ModelOutputError        a reply that does not validate after the bounded retries
+    │   └── NoLogprobsError         a reply without the log-probabilities the call asked for
+    ├── ModelOutputError            the call worked, but the model wrote something unusable (a reply that does not
+    │                               validate after the bounded retries, loops, or quotes what is not there);
+    │                               carries what a BackendError carries, ``raw`` the reply
     └── BudgetExceededError         a run hit its remote token or dollar budget
 
 Every error's message is one line that says what to do; the CLI prints it and exits with status 2.
@@ -98,8 +100,9 @@ class EmptyDocumentError(DocumentError):
     pass
 
 
-class BackendError(MinionsError):
-    """A model call failed. Carries what a caller needs to debug and to account."""
+class _ModelCallError(MinionsError):
+    """What a caller needs to debug and to account a model call that went wrong: the backend, the attempts, the
+    usage so far and the raw reply. Not raised itself: a ``BackendError`` or a ``ModelOutputError``."""
 
     def __init__(
         self,
@@ -115,6 +118,11 @@ class BackendError(MinionsError):
         self.usage = usage
         self.raw = raw
         super().__init__(message)
+
+
+class BackendError(_ModelCallError):
+    """A model call failed: the backend gave no reply (down, refusing, too slow, the prompt too long) or none in
+    its API's shape. Carries what a caller needs to debug and to account."""
 
 
 class BackendConnectionError(BackendError):
@@ -148,8 +156,9 @@ class NoLogprobsError(BackendError):
     that drops them)."""
 
 
-class ModelOutputError(BackendError):
-    """A model's reply failed validation after the bounded number of retries; ``raw`` holds the last reply."""
+class ModelOutputError(_ModelCallError):
+    """The model ran, but its reply is unusable: it failed validation after the bounded number of retries, loops,
+    or quotes what is not in the text; ``raw`` holds the last reply. Not a ``BackendError``: the backend is up."""
 
 
 class BudgetExceededError(MinionsError):

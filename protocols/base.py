@@ -14,7 +14,14 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.chunking import Chunk
 from minions.documents import Document, load_document
-from minions.errors import BackendError, BudgetExceededError, ConfigError, DocumentNotFoundError, EmptyDocumentError
+from minions.errors import (
+    BackendError,
+    BudgetExceededError,
+    ConfigError,
+    DocumentNotFoundError,
+    EmptyDocumentError,
+    ModelOutputError,
+)
 from minions.events import CancelToken, EventSink, FinalAnswer, emit
 from minions.unicode import replaced_note, valid_text
 
@@ -137,7 +144,7 @@ class BaseProtocol:
                 self._run(ctx)
         except (BudgetExceededError, RunCancelled) as exc:
             ctx.stop(str(exc))
-        except BackendError as exc:  # a model that fails or will not validate: keep what the run has
+        except (BackendError, ModelOutputError) as exc:  # a model that fails or writes nonsense: keep what the run has
             ctx.error = str(exc)
             ctx.stop(f"{type(exc).__name__}: {exc}")
         _report_failed_jobs(ctx)

@@ -12,7 +12,7 @@ import pytest
 
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
-from minions.errors import BackendTimeoutError
+from minions.errors import BackendTimeoutError, ModelOutputError
 from minions.evals import Dataset, EvalConfig, ResultsFileError, read_results, run_eval, run_grid, select_items
 from minions.evals.items import EvalItem, eager
 from minions.evals.runner import run_item
@@ -187,6 +187,8 @@ def test_model_failures_and_harness_errors_are_told_apart(longhealth: Dataset) -
     model = run_item(item, Stub(BackendTimeoutError("no reply in 60 s")), CONFIG)
     assert (model["error_kind"], model["traceback"], model["score"]) == ("model", None, 0.0)
     assert model["error"] == "BackendTimeoutError: no reply in 60 s"
+    unusable = run_item(item, Stub(ModelOutputError("the plan did not validate")), CONFIG)
+    assert (unusable["error_kind"], unusable["traceback"]) == ("model", None)  # the model's failure, not ours
     bug = run_item(item, Stub(TypeError("unsupported operand")), CONFIG)
     assert (bug["error_kind"], bug["score"]) == ("harness", 0.0)
     assert "Traceback" in bug["traceback"] and "in run" in bug["traceback"]  # where it was raised
