@@ -78,7 +78,7 @@ class Cited(BaseModel):
     resource: str
 
 
-class Answer(BaseModel):
+class AskResult(BaseModel):
     answer: str
     protocol: str
     complete: bool = Field(description="False when the run stopped early; notes say why")
@@ -179,7 +179,7 @@ class LibraryServer:
         ]
         return SearchResult(passages=passages, searched_chunks=found.ranking.chunks)
 
-    def ask(self, question: str, documents: list[str] | None = None, protocol: Protocol = "local") -> Answer:
+    def ask(self, question: str, documents: list[str] | None = None, protocol: Protocol = "local") -> AskResult:
         """Answer a question from the library, with citations (document, page or line, the verbatim quote), the
         cost, and every piece of text that left this device. `protocol` "local" (the default) answers on this
         device and sends nothing anywhere; the others need the remote model the user configured. `documents`:
@@ -287,7 +287,7 @@ def _check_question(question: str) -> None:
         raise MinionsError("The question is empty: write what you want to find in the documents.")
 
 
-def _answer(result: RunResult) -> Answer:
+def _answer(result: RunResult) -> AskResult:
     citations = [
         Cited(
             document=c.document,
@@ -300,7 +300,7 @@ def _answer(result: RunResult) -> Answer:
         for c in result.citations
     ]
     nothing = "nothing left this device" if not result.egress else None
-    return Answer(
+    return AskResult(
         answer=result.answer,
         protocol=result.protocol,
         complete=result.complete,
