@@ -57,7 +57,8 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, EngineSequence, Lane, OnResult, OnToken, RunSettings, Scheduler
+from .scheduler import BatchStats, Lane, OnResult, OnToken, RunSettings, Scheduler
+from .sequence import EngineSequence
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 

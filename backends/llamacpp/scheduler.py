@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,26 +21,24 @@ import numpy.typing as npt
 from minions.errors import BackendError
 from minions.events import CancelToken
 from minions.loops import REPEAT_MIN_ITEMS, repeating
-from minions.types import ChatResult, FinishReason, SamplingParams, Timings, Usage
+from minions.types import ChatResult, FinishReason, Timings, Usage
 
 from ..speculation.depth import fillers
-from ..speculation.speculator import NO_DRAFT, Draft, DraftStats, Speculator
+from ..speculation.speculator import NO_DRAFT, Draft, Speculator
 from ..speculation.tree import TokenTree, accept
 from .ffi import LlamaContext, LlamaModel, TokenBatch
 from .prefixes import PrefixCache
-from .sampling import GrammarCache, SequenceSampler, TextStream
+from .sampling import GrammarCache, SequenceSampler
+from .sequence import EngineSequence
 from .slots import Slot, SlotTable, common_prefix
 
 __all__ = [
-    "UTF8_SLACK",
     "BatchStats",
-    "EngineSequence",
     "Lane",
     "OnResult",
     "OnToken",
     "RunSettings",
     "Scheduler",
-    "SequencePhase",
     "chunk_size",
     "reuse_cap",
 ]
@@ -49,9 +47,6 @@ log = logging.getLogger(__name__)
 
 OnToken = Callable[[int, str], None]
 OnResult = Callable[[int, ChatResult], None]
-
-# Tokens a job may run past max_tokens: generation goes on while the text ends inside a UTF-8 character.
-UTF8_SLACK = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,56 +90,6 @@ class BatchStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in self.__slots__}
-
-
-SequencePhase = Literal["queued", "waiting", "prefill", "decode", "done"]
-"""Where an ``EngineSequence`` is: queued -> (waiting for the job computing its shared prefix ->) prefill ->
-decode -> done."""
-
-
-@dataclass(eq=False)
-class EngineSequence:
-    """One job of a run as the engine holds it: its prompt, its llama.cpp sequence (``slot``) and what it emitted.
-    (A protocol's job is ``minions.protocols.evidence.jobs.Job``; this is the engine's.)"""
-
-    index: int
-    prompt: list[int]
-    params: SamplingParams
-    seed: int
-    max_new: int = 0
-    state: SequencePhase = "queued"
-    slot: Slot | None = None
-    n_past: int = 0
-    source: EngineSequence | None = None
-    share_len: int = 0
-    reused: int = 0
-    computed: int = 0
-    prefix: int = 0
-    """Tokens of the marked prefix (``ChatRequest.prefix``) worth keeping on disk; 0: none."""
-    restored: int = 0
-    save: bool = False
-    """Save the prefix's state once it is computed."""
-    generated: list[int] = field(default_factory=list)
-    sampled: list[int] = field(default_factory=list)
-    logprobs: list[list[tuple[str, float]]] = field(default_factory=list)
-    looping: int = 0
-    """The period of the loop the reply was cut in (``minions.loops.repeating``); 0 when it was not."""
-    pending: int | None = None
-    redo: list[int] = field(default_factory=list)
-    """Recurrent memory: confirmed tokens to compute again (before the pending one) after a rollback."""
-    checkpoint: tuple[int, bytes] | None = None
-    """Recurrent memory: the position and the recurrent state of the sequence before its verify call."""
-    sampler: SequenceSampler | None = None
-    text: TextStream = field(default_factory=lambda: TextStream(()))
-    drafts: DraftStats = field(default_factory=DraftStats)
-    t_admit: float = 0.0
-    t_first: float = 0.0
-    result: ChatResult | None = None
-
-    @property
-    def need(self) -> int:
-        """KV cells the job may fill: its prompt and its whole reply."""
-        return len(self.prompt) + self.max_new + UTF8_SLACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +253,7 @@ class Scheduler:
         assert job.slot is not None
         slots, dst = self.lane.slots, job.slot
         if self._restore(job, max(self._reusable(s.tokens, job) for s in slots.slots)):
-            n = job.restored
+            n = job.prefill.restored
         else:
             own = self._offered(dst, job)
             src, n = dst, own
@@ -324,7 +269,7 @@ class Scheduler:
                 n = own
                 slots.keep(dst, n)
         job.state, job.source, job.share_len = "prefill", None, 0
-        job.n_past = job.reused = n
+        job.n_past = job.prefill.reused = n
         cache = self.prefixes
         job.save = cache is not None and n < job.prefix and job.prompt[: job.prefix] not in cache
         log.debug("job %d on seq %d reuses %d of %d prompt tokens", job.index, dst.seq, n, len(job.prompt))
@@ -343,7 +288,7 @@ class Scheduler:
                 dst.tokens = []
             return False
         dst.tokens = list(job.prompt[:p])
-        job.restored = p
+        job.prefill.restored = p
         return True
 
     def _resolve_waits(self) -> None:
@@ -369,7 +314,8 @@ class Scheduler:
         the jobs generating then decode together with it, in fewer and wider calls, once every prompt is in."""
         job = next((j for j in self.active if j.state == "prefill"), None)
         if job is None or not self.config.prefill_first:
-            decoding = sorted((j for j in self.active if j.state == "decode" and j.pending is not None), key=_seq_of)
+            decoding = [j for j in self.active if j.state == "decode" and j.pending is not None]
+            decoding.sort(key=lambda j: j.seq)
             if decoding:
                 self._decode(decoding)
         if job is not None:
@@ -389,13 +335,13 @@ class Scheduler:
         batch.clear()
         idx = batch.add(tokens, job.n_past, job.slot.seq, logits_last=last)
         if self._call([(job, tokens)]):
-            job.computed += len(tokens)
+            job.prefill.computed += len(tokens)
             if job.save and job.n_past == job.prefix and self.prefixes is not None:
                 job.save = False
                 prefix = job.prompt[: job.prefix]
                 self.counts["prefixes_saved"] += self.prefixes.save(self.lane.ctx, job.slot.seq, prefix)
             if last:
-                seq = _seq_of(job)
+                seq = job.seq
                 job.state, job.t_first = "decode", time.perf_counter()
                 self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
                 if job.state == "decode":  # a draft model computes the prompt too, in the prompt's time
@@ -426,12 +372,12 @@ class Scheduler:
             self.lane.ctx.seq_rm(slot.seq, len(slot.tokens), -1)
         if ok:
             self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called,
-                                         [_seq_of(job) for job, _ in plan])  # fmt: skip
+                                         [job.seq for job, _ in plan])  # fmt: skip
             self.counts["decode_steps"] += 1
             verified = sum(len(tokens) for _, tokens in plan)
             self.counts["verify_tokens"] += verified
             self.counts["filler_tokens"] += self.lane.batch.n - verified
-            before, sampling = sum(job.drafts.emitted for job in jobs), self.sample_s
+            before, sampling = sum(job.speculation.drafts.emitted for job in jobs), self.sample_s
             for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
                 self._verify(job, draft, row)
             # The whole step, drafting, verifying and rolling back included, but not the sampling: a step samples
@@ -443,7 +389,7 @@ class Scheduler:
             # drafters ran), unless a draft model drafted for it: that time was spent on speculation.
             verified = any(draft.tokens for draft in drafts) or (drafting and self.speculator.paid)
             if verified or not drafting:
-                emitted = sum(job.drafts.emitted for job in jobs) - before
+                emitted = sum(job.speculation.drafts.emitted for job in jobs) - before
                 seconds = time.perf_counter() - start - (self.sample_s - sampling)
                 self.speculator.observe_step(len(jobs), emitted, seconds, drafted=verified)
         self.times["decode_s"] += time.perf_counter() - start
@@ -459,18 +405,18 @@ class Scheduler:
         for job, draft in zip(jobs, drafts, strict=True):
             assert job.pending is not None
             if draft.tokens and self.lane.slots.recurrent:  # the state to go back to if a draft token is wrong
-                job.checkpoint = (job.n_past, self.lane.ctx.recurrent_state(_seq_of(job)))
-            plan.append((job, [*job.redo, job.pending, *draft.tokens]))
-            job.redo = []
+                job.speculation.checkpoint = (job.n_past, self.lane.ctx.recurrent_state(job.seq))
+            plan.append((job, [*job.speculation.redo, job.pending, *draft.tokens]))
+            job.speculation.redo = []
         filled = self._fillers(plan)
         gaps = {slot.seq: slot for slot in filled}  # every id between the jobs' when any (``fillers``)
         previous = None
         for (job, tokens), draft in zip(plan, drafts, strict=True):
             if gaps and previous is not None:  # in the order of the ids: the fillers before this job's sequence
-                for seq in range(previous + 1, _seq_of(job)):
+                for seq in range(previous + 1, job.seq):
                     batch.add(tokens, len(gaps[seq].tokens), seq, logits_last=False)
-            previous = _seq_of(job)
-            last = batch.add(tokens, job.n_past, _seq_of(job), logits_last=True)
+            previous = job.seq
+            last = batch.add(tokens, job.n_past, job.seq, logits_last=True)
             batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
             rows.append(last - len(draft.tokens))
             self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
@@ -484,7 +430,7 @@ class Scheduler:
         slots = self.lane.slots
         if slots.recurrent:
             return []
-        gaps = fillers([len(tokens) for _, tokens in plan], [_seq_of(job) for job, _ in plan])
+        gaps = fillers([len(tokens) for _, tokens in plan], [job.seq for job, _ in plan])
         n = len(plan[0][1]) if plan else 0
         filled = [slots.slots[seq] for seq in gaps]
         if any(s.job is not None or s.seq in slots.pending or len(s.tokens) + n > slots.capacity for s in filled):
@@ -496,34 +442,34 @@ class Scheduler:
     def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
         share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
         return self.speculator.propose([
-            (_seq_of(j), [*j.prompt, *j.generated],
-             min(share - len(j.redo), self.lane.slots.capacity - j.n_past - len(j.redo) - 1,
+            (j.seq, [*j.prompt, *j.generated],
+             min(share - len(j.speculation.redo), self.lane.slots.capacity - j.n_past - len(j.speculation.redo) - 1,
                  j.max_new - len(j.generated)))
             for j in jobs
-        ], carried=[1 + len(j.redo) for j in jobs])  # fmt: skip
+        ], carried=[1 + len(j.speculation.redo) for j in jobs])  # fmt: skip
 
     def _verify(self, job: EngineSequence, draft: Draft, row: int) -> None:
         """Emit the job's own sampler's tokens while they equal the draft (``speculation.tree.accept`` over the
         chain ``[pending, d_1 .. d_k]``, whose node ``i`` has its logits at ``row + i``: lossless for greedy and
         seeded sampling alike), then drop the cells of the rejected draft tokens."""
-        logits, seq = self.lane.ctx.logits, _seq_of(job)
+        logits, seq = self.lane.ctx.logits, job.seq
         n_held = job.n_past - len(draft.tokens)  # the cells that hold confirmed tokens: up to the pending one
         assert job.pending is not None
         path, emitted = accept(TokenTree.chain(job.pending, draft.tokens), lambda i: self._sample(job, logits(row + i)),
                                lambda token: self._emit(job, token))  # fmt: skip
         accepted = len(path) - 1
-        job.drafts.record(draft.drafter, len(draft.tokens), accepted, len(emitted))
+        job.speculation.drafts.record(draft.drafter, len(draft.tokens), accepted, len(emitted))
         self.speculator.learn(seq, draft, emitted, ended=job.state != "decode")
         if job.state == "decode" and accepted < len(draft.tokens):
             assert job.slot is not None
             self._rollback(job, n_held + accepted)
-        job.checkpoint = None
+        job.speculation.checkpoint = None
 
     def _rollback(self, job: EngineSequence, n: int) -> None:
         """Keep the first ``n`` positions of the job's sequence. Attention cells just go. Recurrent memory goes back
         to its checkpoint from before the verify call, and the confirmed tokens of that call are computed again at
         the start of the job's next one (one call, not two: they only add tokens to a call that happens anyway)."""
-        slot, checkpoint = job.slot, job.checkpoint
+        slot, checkpoint = job.slot, job.speculation.checkpoint
         assert slot is not None
         if checkpoint is None:
             job.n_past = n
@@ -532,11 +478,11 @@ class Scheduler:
         start, state = checkpoint
         self.lane.ctx.restore_recurrent_state(slot.seq, state)
         self.lane.ctx.seq_rm(slot.seq, start, -1)  # the state is at start - 1 again: only attention cells go
-        job.redo = slot.tokens[start:n]
+        job.speculation.redo = slot.tokens[start:n]
         del slot.tokens[start:]
         job.n_past = start
         self.counts["rollbacks"] += 1
-        self.counts["redo_tokens"] += len(job.redo)
+        self.counts["redo_tokens"] += len(job.speculation.redo)
 
     def _call(self, plan: list[tuple[EngineSequence, list[int]]]) -> bool:
         """One ``llama_decode`` of the batch (``plan``: each job and its tokens in it); the sequences' records
@@ -605,11 +551,11 @@ class Scheduler:
         admitted = job.t_admit or now
         first = job.t_first or now
         stats: dict[str, Any] = {
-            "prefill_computed": job.computed,
-            "prefill_reused": job.reused,
-            "prefill_restored": job.restored,
+            "prefill_computed": job.prefill.computed,
+            "prefill_reused": job.prefill.reused,
+            "prefill_restored": job.prefill.restored,
             "decode_tokens": len(job.generated),
-            **job.drafts.to_dict(),
+            **job.speculation.drafts.to_dict(),
         }
         if job.looping:
             stats["looping"] = job.looping
@@ -619,7 +565,7 @@ class Scheduler:
             stats["logprobs"] = [[list(pair) for pair in step] for step in job.logprobs[: len(job.generated) + 1]]
         job.result = ChatResult(
             text=job.text.text if reason != "error" else "",
-            usage=Usage(len(job.prompt), len(job.generated), job.reused, calls=1, seconds=now - admitted),
+            usage=Usage(len(job.prompt), len(job.generated), job.prefill.reused, calls=1, seconds=now - admitted),
             finish_reason=reason,
             timings=Timings(total_s=now - admitted, prefill_s=first - admitted, decode_s=now - first),
             model=self.name,
@@ -643,12 +589,12 @@ class Scheduler:
         c["jobs"] += 1
         c["failed"] += reason == "error"
         c["cancelled"] += reason == "cancelled"
-        c["prefill_computed"] += job.computed
-        c["prefill_reused"] += job.reused
-        c["prefill_restored"] += job.restored
+        c["prefill_computed"] += job.prefill.computed
+        c["prefill_reused"] += job.prefill.reused
+        c["prefill_restored"] += job.prefill.restored
         c["decode_tokens"] += len(job.generated)
-        c["drafted"] += job.drafts.total_drafted
-        c["accepted"] += job.drafts.total_accepted
+        c["drafted"] += job.speculation.drafts.total_drafted
+        c["accepted"] += job.speculation.drafts.total_accepted
         if job.sampler is not None:
             c["full_grammar_passes"] += job.sampler.full_grammar_passes
 
@@ -701,11 +647,6 @@ def top_logprobs(model: LlamaModel, logits: npt.NDArray[np.float32], n: int) -> 
     peak = float(logits.max())
     log_total = peak + float(np.log(np.exp(logits.astype(np.float64) - peak).sum()))
     return [(model.piece(int(t)).decode("utf-8", errors="replace"), float(logits[t]) - log_total) for t in top]
-
-
-def _seq_of(job: EngineSequence) -> int:
-    assert job.slot is not None
-    return job.slot.seq
 
 
 def reuse_cap(shared: int, n: int, n_batch: int) -> int:
