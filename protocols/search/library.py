@@ -65,6 +65,10 @@ RANK_DEPTH = 50
 OTHER_DOCUMENT = 0.5
 """A chunk of a routed document after the first scores this share of its words' score: the first document is
 the one the question names best (library recall @10 0.636 against 0.589 with all routed documents alike)."""
+ROUTE_CHECK = 10
+ROUTE_AGREEMENT = 0.2
+"""With meaning vectors, a route is kept when at least this share of the ``ROUTE_CHECK`` chunks closest in meaning
+lie in the routed documents; else words search every document (chosen on BAMBOO PaperQA: docs/library.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,14 +151,18 @@ def search_library(
     profiles = {d.name: d.profile for d in records}
     found = route(question, profiles, index.document_frequency(tokenize(question)))
     routed = time.perf_counter()
-    scope = found.documents if found.routed else ([d.name for d in records] if documents is not None else None)
+    everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}
     if embedder is None:
-        ranked = _by_words(index, question, found, scope, k)
+        ranked = _by_words(index, question, found, found.documents if found.routed else everywhere, k)
     else:
-        words = _by_words(index, question, found, scope, max(k, MEANING_DEPTH))[:MEANING_DEPTH]
         vector = asked if asked is not None else embedder.embed([question], query=True)[0]
         near = index.meaning_search(vector, documents=documents, k=MEANING_DEPTH)
+        if found.routed and near and _route_doubted(found, near):
+            about["route_doubted"] = found.documents
+            found = Route([d.name for d in records], {}, found.considered, False)
+        scope = found.documents if found.routed else everywhere
+        words = _by_words(index, question, found, scope, max(k, MEANING_DEPTH))[:MEANING_DEPTH]
         closeness = index.similarities(vector, [(r.chunk.document, r.chunk.index) for r in words]) if near else []
         ranked = spread_pages(fuse(words, closeness, near, weight=weight)) if near else words
         about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
@@ -163,6 +171,16 @@ def search_library(
     about |= {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
               "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
     return LibrarySearch(found, Ranking(ranked[:k], total, about), seconds)
+
+
+def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:
+    """Whether meaning doubts the route: fewer than ``ROUTE_AGREEMENT`` of the ``ROUTE_CHECK`` chunks closest in
+    meaning (over the whole library) lie in the routed documents. A question's words found on a cover may name no
+    document (a paper's question shares words with other papers' titles), and routing by them would keep the
+    words' search from the document meant."""
+    closest = near[:ROUTE_CHECK]
+    inside = sum(r.chunk.document in found.documents for r in closest)
+    return inside < ROUTE_AGREEMENT * len(closest)
 
 
 def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[str] | None, k: int) -> list[Ranked]:

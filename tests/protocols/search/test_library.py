@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from minions.backends.scripted import ScriptedBackend
-from minions.chunking import chunk_documents
+from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
 from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import INDEX_FILE, Library, search_library
-from minions.protocols.search.ranking import lexical_rank
-from minions.protocols.search.routing import period_year, profile, question_years, route
+from minions.protocols.search.library import INDEX_FILE, Library, _route_doubted, search_library
+from minions.protocols.search.ranking import Ranked, lexical_rank
+from minions.protocols.search.routing import Route, period_year, profile, question_years, route
 
 from ..helpers import quote_reply
 
@@ -329,3 +329,41 @@ def test_the_index_spreads_pages_as_the_in_memory_ranking_does() -> None:
     memory = lexical_rank(chunks, "revenue")[:4]
     assert [h.chunk.pages for h in hits][:2] in ([(1,), (2,)], [(2,), (1,)])  # one of each page first
     assert [(h.chunk.index, h.chunk.pages) for h in hits] == [(m.chunk.index, m.chunk.pages) for m in memory]
+
+
+def _ranked(*documents: str) -> list[Ranked]:
+    return [Ranked(Chunk(d, i, "text", 0, 4), 1.0 - i / 100) for i, d in enumerate(documents)]
+
+
+def test_meaning_doubts_a_route_whose_documents_hold_few_of_the_closest_chunks() -> None:
+    to_a = Route(["a.md"], {}, 12, True)
+    assert not _route_doubted(to_a, _ranked("a.md", "b.md", "a.md", *["c.md"] * 7))  # 2 of the 10 closest
+    assert _route_doubted(to_a, _ranked("b.md", "a.md", *["c.md"] * 8))  # 1 of 10
+
+
+def test_a_route_meaning_doubts_gives_way_to_every_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The question's rare word is on one report's cover, its subject in another report's text: by words alone the
+    route keeps the search in the first; with meaning, the closest chunks lie elsewhere, and words search every
+    document."""
+    from minions.protocols.search import routing
+
+    from .test_meaning import KeywordEmbedder
+
+    monkeypatch.setattr(routing, "COVER_CHARS", 40)  # a cover is the title line here
+    names = ["Harbor Logistics", "Northwind Solar", "Borealis Mining", "Cascade Foods", "Delta Freight", "Evergreen",
+             "Fjord Energy", "Granite Homes", "Helix Labs", "Iris Media", "Juniper Farms", "Kestrel Air"]  # fmt: skip
+    bodies = {0: "The bank cut the harbor fees.", 1: "The red car was sold in March to a dealer."}
+    docs = [
+        Document(f"r{i}.md", f"# {name} annual report\n\n{bodies.get(i, 'The year went as planned.')}\n")
+        for i, name in enumerate(names)
+    ]
+    question = "What does the Harbor report say about the car?"
+    with Library(tmp_path / "words", embeddings="none") as words:
+        words.add(*docs)
+        found = words.search(question)
+        assert found.route.documents == ["r0.md"] and {r.chunk.document for r in found.ranking.ranked} == {"r0.md"}
+    with Library(tmp_path / "meaning", embeddings=KeywordEmbedder()) as meaning:
+        meaning.add(*docs)
+        found = meaning.search(question)
+        assert found.ranking.about["route_doubted"] == ["r0.md"] and not found.route.routed
+        assert found.ranking.ranked[0].chunk.document == "r1.md"
