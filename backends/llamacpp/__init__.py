@@ -8,7 +8,9 @@ Modules, each importing only those listed before it:
 - ``cost_table``: this machine's cost table of a decode call, measured once per model and cached (speculation's
   depths are chosen by it; the rest of speculative decoding is ``backends.speculation``, whichever engine).
 - ``draft_model``: a second GGUF with the target's vocabulary, drafting greedily (``DraftModel``).
-- ``scheduler``: one engine run: admission, batched prefill and decode, verification.
+- ``sequence``: one job as the engine holds it (``EngineSequence``).
+- ``step``: one decode step of the generating jobs: draft, fill, verify, roll back (``Decoder``).
+- ``scheduler``: one engine run: admission, prefix sharing, prompt chunks, endings.
 - ``engine``: the batching engine (``Engine``, ``EngineConfig``).
 - ``worker``: the one thread of the process that decodes.
 - ``backend``: ``LlamaCppBackend``, the ``Backend`` the protocols use.

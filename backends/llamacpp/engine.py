@@ -57,8 +57,9 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, Lane, OnResult, OnToken, RunSettings, Scheduler
+from .scheduler import BatchStats, OnResult, OnToken, RunSettings, Scheduler
 from .sequence import EngineSequence
+from .slots import Lane
 
 __all__ = ["BatchStats", "Engine", "EngineConfig", "EngineStats", "OnToken", "PrefixStats"]
 
@@ -121,18 +122,14 @@ class EngineConfig:
 
     @property
     def run_settings(self) -> RunSettings:
-        """What a run's lanes and steps read of this configuration (the scheduler takes plain values)."""
+        """What a run's scheduler reads of this configuration (it takes plain values)."""
         return RunSettings(
             n_batch=self.n_batch,
-            threads=self.threads,
-            flash_attn=self.flash_attn,
             max_seqs=self.max_seqs,
             share_prefixes=self.share_prefixes,
             min_copy_gain=self.min_copy_gain,
             min_wait_gain=self.min_wait_gain,
             prefill_first=self.prefill_first,
-            speculate=self.speculate,
-            k_max=self.k_max,
         )
 
 
@@ -183,7 +180,7 @@ class Engine:
         self.model = LlamaModel(model_path)
         self.name = name or f"llamacpp/{self.model.path.name}"
         self.grammars = GrammarCache(self.model)
-        self.lane = Lane(self.model, c.run_settings, n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
+        self.lane = self._lane(n_seqs=c.max_seqs, seq_ctx=min(c.seq_ctx, c.n_ctx))
         self._long_lane: Lane | None = None
         self._eos_text = self.model.token_text(self.model.lib.llama_vocab_eos(self.model.vocab))
         self.speculator = self._speculator() if c.speculate else NullSpeculator()
@@ -419,8 +416,14 @@ class Engine:
     def _long(self) -> Lane:
         if self._long_lane is None:
             log.info("making a %d-cell context for jobs larger than %d tokens", self.config.n_ctx, self.config.seq_ctx)
-            self._long_lane = Lane(self.model, self.config.run_settings, n_seqs=1, seq_ctx=self.config.n_ctx)
+            self._long_lane = self._lane(n_seqs=1, seq_ctx=self.config.n_ctx)
         return self._long_lane
+
+    def _lane(self, *, n_seqs: int, seq_ctx: int) -> Lane:
+        c = self.config
+        n_outputs = n_seqs * (1 + c.k_max) if c.speculate else n_seqs  # a verify call's logits: a job's draft's too
+        return Lane(self.model, n_seqs=n_seqs, seq_ctx=seq_ctx, n_batch=c.n_batch, n_threads=c.threads,
+                    flash_attn=c.flash_attn, n_outputs=n_outputs)  # fmt: skip
 
     def _prepare(self, index: int, request: ChatRequest, seed: int, run: Scheduler) -> EngineSequence:
         params = request.params

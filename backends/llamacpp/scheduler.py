@@ -1,8 +1,9 @@
 """The scheduler of one ``Engine.run`` (see ``backends.llamacpp.engine`` for the whole picture): admission, prefix
-sharing, the decode loop, sampling and endings.
+sharing, the loop of steps, prompt chunks and endings. A job in it is an ``EngineSequence``
+(``backends.llamacpp.sequence``); its decode steps (draft, fill, verify, roll back) are ``backends.llamacpp.step``.
 
-Each step makes at most two ``llama_decode`` calls: one token of every generating job, then one prompt chunk
-of the oldest prefilling job. A prompt is computed in chunks that reproduce, token for token, how
+Each step makes at most two ``llama_decode`` calls: one token (and its draft) of every generating job, then one
+prompt chunk of the oldest prefilling job. A prompt is computed in chunks that reproduce, token for token, how
 ``Llama.eval`` computes it alone (``chunk_size`` and ``reuse_cap``), so replies equal one-at-a-time replies.
 """
 
@@ -15,26 +16,21 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from minions.errors import BackendError
 from minions.events import CancelToken
 from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatResult, FinishReason, Timings, Usage
 
-from ..speculation.depth import fillers
-from ..speculation.speculator import NO_DRAFT, Draft, Speculator
-from ..speculation.tree import TokenTree, accept
-from .ffi import LlamaContext, LlamaModel, TokenBatch
+from ..speculation.speculator import Speculator
+from .ffi import LlamaModel
 from .prefixes import PrefixCache
 from .sampling import GrammarCache, SequenceSampler
 from .sequence import EngineSequence
-from .slots import Slot, SlotTable, common_prefix
+from .slots import Lane, Slot, common_prefix
+from .step import Decoder, Plan, StepCounts
 
 __all__ = [
     "BatchStats",
-    "Lane",
     "OnResult",
     "OnToken",
     "RunSettings",
@@ -92,42 +88,21 @@ class BatchStats:
         return {f: getattr(self, f) for f in self.__slots__}
 
 
+_NOT_COUNTED = {*StepCounts.__slots__, "seconds", "prefill_s"}
+"""``BatchStats`` fields that are not the scheduler's counters: the decode steps' and the times."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSettings:
-    """What a run's lanes and steps read of the engine's configuration, as plain values
+    """What a run's scheduler reads of the engine's configuration, as plain values
     (``EngineConfig.run_settings``; each field means what the ``EngineConfig`` field of its name means)."""
 
     n_batch: int
-    threads: int
-    flash_attn: bool
     max_seqs: int
     share_prefixes: bool
     min_copy_gain: int
     min_wait_gain: int
     prefill_first: bool
-    speculate: bool
-    k_max: int
-
-
-class Lane:
-    """A context and its sequences: the batched one (max_seqs x seq_ctx), or one sequence of n_ctx for jobs
-    too large for it."""
-
-    def __init__(self, model: LlamaModel, config: RunSettings, *, n_seqs: int, seq_ctx: int) -> None:
-        self.ctx = LlamaContext(
-            model,
-            seq_ctx=seq_ctx,
-            n_seq_max=n_seqs,
-            n_batch=config.n_batch,
-            n_threads=config.threads,
-            flash_attn=config.flash_attn,
-            n_outputs=n_seqs * (1 + config.k_max) if config.speculate else n_seqs,
-        )
-        self.batch = TokenBatch(model.lib, config.n_batch)
-        self.slots = SlotTable(self.ctx, n_seqs, self.ctx.seq_ctx)
-
-    def close(self) -> None:
-        self.ctx.close()
 
 
 class Scheduler:
@@ -155,6 +130,7 @@ class Scheduler:
         self.name = name
         self.speculator = speculator
         """Drafts for each decode step (``speculation.NullSpeculator`` never drafts: plain decoding)."""
+        self.decoder = Decoder(model, speculator, call=self._call, emit=self._emit)
         self.prefixes = prefixes if config.share_prefixes else None
         self.max_active = max_active or config.max_seqs
         self.on_token = on_token
@@ -164,13 +140,9 @@ class Scheduler:
         self.lane = lane
         self.queue: deque[EngineSequence] = deque()
         self.active: list[EngineSequence] = []
-        self.times = {"prefill_s": 0.0, "decode_s": 0.0}
-        self.sample_s = 0.0
-        """Time in the samplers (a grammar's masking can take longer than the call): see ``_decode``."""
-        self.counts: dict[str, int] = {
-            k: 0 for k in BatchStats.__slots__ if k not in (*self.times, "seconds", "depths")
-        }
-        self.depths: dict[int, int] = {}
+        self.prefill_s = 0.0
+        self.counts: dict[str, int] = {k: 0 for k in BatchStats.__slots__ if k not in _NOT_COUNTED}
+        """The ``BatchStats`` counters of the run's other parts (the decode steps count theirs: ``Decoder.counts``)."""
         self.started = time.perf_counter()
 
     # -- the loop ----------------------------------------------------------------------------------------
@@ -317,7 +289,7 @@ class Scheduler:
             decoding = [j for j in self.active if j.state == "decode" and j.pending is not None]
             decoding.sort(key=lambda j: j.seq)
             if decoding:
-                self._decode(decoding)
+                self.decoder.step(self.lane, decoding)
         if job is not None:
             self._prefill(job)
 
@@ -343,10 +315,10 @@ class Scheduler:
             if last:
                 seq = job.seq
                 job.state, job.t_first = "decode", time.perf_counter()
-                self._emit(job, self._sample(job, self.lane.ctx.logits(idx)))
+                self._emit(job, self.decoder.sample(job, self.lane.ctx.logits(idx)))
                 if job.state == "decode":  # a draft model computes the prompt too, in the prompt's time
                     self.speculator.prefill(seq, job.prompt)
-        self.times["prefill_s"] += time.perf_counter() - start
+        self.prefill_s += time.perf_counter() - start
 
     def _stop_at_shares(self, job: EngineSequence, k: int) -> int:
         """On recurrent memory, end ``job``'s next prompt chunk of ``k`` tokens where a job waiting for it shares
@@ -358,133 +330,7 @@ class Scheduler:
         end = next((e for e in ends if job.n_past + 2 <= e < job.n_past + k and len(job.prompt) - e >= 2), 0)
         return end - job.n_past if end else k
 
-    def _decode(self, jobs: list[EngineSequence]) -> None:
-        """One decode step of every generating job: plan the drafts, run the call (each job's pending token and its
-        draft, ``[pending, d_1 .. d_k]``, with the logits after each), apply the rule (each job keeps what its own
-        sampler confirms: ``_verify``), report to the speculator."""
-        start = time.perf_counter()
-        drafting = self.speculator.drafting(len(jobs))  # the speculator's speed gate may make this step plain
-        drafts = self._drafts(jobs) if drafting else [NO_DRAFT] * len(jobs)
-        plan, rows, filled = self._fill(jobs, drafts)
-        called = time.perf_counter()
-        ok = self._call(plan)
-        for slot in filled:  # the fillers' cells go; the slot keeps the prompt it held
-            self.lane.ctx.seq_rm(slot.seq, len(slot.tokens), -1)
-        if ok:
-            self.speculator.observe_call([len(tokens) for _, tokens in plan], time.perf_counter() - called,
-                                         [job.seq for job, _ in plan])  # fmt: skip
-            self.counts["decode_steps"] += 1
-            verified = sum(len(tokens) for _, tokens in plan)
-            self.counts["verify_tokens"] += verified
-            self.counts["filler_tokens"] += self.lane.batch.n - verified
-            before, sampling = sum(job.speculation.drafts.emitted for job in jobs), self.sample_s
-            for (job, _), draft, row in zip(plan, drafts, rows, strict=True):
-                self._verify(job, draft, row)
-            # The whole step, drafting, verifying and rolling back included, but not the sampling: a step samples
-            # once per emitted token whether it speculated or not (a verify stops at the first mismatch), and a
-            # grammar's masking, slow inside JSON's punctuation and fast inside a quoted string, would otherwise
-            # make the speed gate compare the phases of a reply, not the two ways. A step that could draft but
-            # whose drafts were all cut to nothing tested no speculation: it is neither a speculative step (the
-            # gate would judge drafting by steps that verified no draft, and back off from it) nor a plain one (its
-            # drafters ran), unless a draft model drafted for it: that time was spent on speculation.
-            verified = any(draft.tokens for draft in drafts) or (drafting and self.speculator.paid)
-            if verified or not drafting:
-                emitted = sum(job.speculation.drafts.emitted for job in jobs) - before
-                seconds = time.perf_counter() - start - (self.sample_s - sampling)
-                self.speculator.observe_step(len(jobs), emitted, seconds, drafted=verified)
-        self.times["decode_s"] += time.perf_counter() - start
-
-    def _fill(
-        self, jobs: list[EngineSequence], drafts: list[Draft]
-    ) -> tuple[list[tuple[EngineSequence, list[int]]], list[int], list[Slot]]:
-        """The decode call's batch: each job's tokens (``plan``), the row of its pending token's logits, and the
-        free slots between the jobs' that carry fillers (``_fillers``)."""
-        batch = self.lane.batch
-        batch.clear()
-        plan, rows = [], []
-        for job, draft in zip(jobs, drafts, strict=True):
-            assert job.pending is not None
-            if draft.tokens and self.lane.slots.recurrent:  # the state to go back to if a draft token is wrong
-                job.speculation.checkpoint = (job.n_past, self.lane.ctx.recurrent_state(job.seq))
-            plan.append((job, [*job.speculation.redo, job.pending, *draft.tokens]))
-            job.speculation.redo = []
-        filled = self._fillers(plan)
-        gaps = {slot.seq: slot for slot in filled}  # every id between the jobs' when any (``fillers``)
-        previous = None
-        for (job, tokens), draft in zip(plan, drafts, strict=True):
-            if gaps and previous is not None:  # in the order of the ids: the fillers before this job's sequence
-                for seq in range(previous + 1, job.seq):
-                    batch.add(tokens, len(gaps[seq].tokens), seq, logits_last=False)
-            previous = job.seq
-            last = batch.add(tokens, job.n_past, job.seq, logits_last=True)
-            batch.want[last - len(draft.tokens) : last + 1] = 1  # logits after each token
-            rows.append(last - len(draft.tokens))
-            self.depths[len(draft.tokens)] = self.depths.get(len(draft.tokens), 0) + 1
-        return plan, rows, filled
-
-    def _fillers(self, plan: list[tuple[EngineSequence, list[int]]]) -> list[Slot]:
-        """The free slots between the call's sequences that carry copies of their neighbours' tokens after what
-        they hold, so that llama.cpp runs the call as one ubatch (``speculation.depth.fillers``: where that is
-        cheaper, as ``CallCost`` prices it). Not on recurrent memory, whose state cannot drop the fillers, nor
-        on a slot without room or with a stream copy pending; then none."""
-        slots = self.lane.slots
-        if slots.recurrent:
-            return []
-        gaps = fillers([len(tokens) for _, tokens in plan], [job.seq for job, _ in plan])
-        n = len(plan[0][1]) if plan else 0
-        filled = [slots.slots[seq] for seq in gaps]
-        if any(s.job is not None or s.seq in slots.pending or len(s.tokens) + n > slots.capacity for s in filled):
-            return []
-        if len(plan) + len(filled) > self.lane.batch.capacity // max(1, n):
-            return []
-        return filled
-
-    def _drafts(self, jobs: list[EngineSequence]) -> list[Draft]:
-        share = self.lane.batch.capacity // len(jobs) - 1  # every draft fits the call
-        return self.speculator.propose([
-            (j.seq, [*j.prompt, *j.generated],
-             min(share - len(j.speculation.redo), self.lane.slots.capacity - j.n_past - len(j.speculation.redo) - 1,
-                 j.max_new - len(j.generated)))
-            for j in jobs
-        ], carried=[1 + len(j.speculation.redo) for j in jobs])  # fmt: skip
-
-    def _verify(self, job: EngineSequence, draft: Draft, row: int) -> None:
-        """Emit the job's own sampler's tokens while they equal the draft (``speculation.tree.accept`` over the
-        chain ``[pending, d_1 .. d_k]``, whose node ``i`` has its logits at ``row + i``: lossless for greedy and
-        seeded sampling alike), then drop the cells of the rejected draft tokens."""
-        logits, seq = self.lane.ctx.logits, job.seq
-        n_held = job.n_past - len(draft.tokens)  # the cells that hold confirmed tokens: up to the pending one
-        assert job.pending is not None
-        path, emitted = accept(TokenTree.chain(job.pending, draft.tokens), lambda i: self._sample(job, logits(row + i)),
-                               lambda token: self._emit(job, token))  # fmt: skip
-        accepted = len(path) - 1
-        job.speculation.drafts.record(draft.drafter, len(draft.tokens), accepted, len(emitted))
-        self.speculator.learn(seq, draft, emitted, ended=job.state != "decode")
-        if job.state == "decode" and accepted < len(draft.tokens):
-            assert job.slot is not None
-            self._rollback(job, n_held + accepted)
-        job.speculation.checkpoint = None
-
-    def _rollback(self, job: EngineSequence, n: int) -> None:
-        """Keep the first ``n`` positions of the job's sequence. Attention cells just go. Recurrent memory goes back
-        to its checkpoint from before the verify call, and the confirmed tokens of that call are computed again at
-        the start of the job's next one (one call, not two: they only add tokens to a call that happens anyway)."""
-        slot, checkpoint = job.slot, job.speculation.checkpoint
-        assert slot is not None
-        if checkpoint is None:
-            job.n_past = n
-            self.lane.slots.keep(slot, n)  # the rejected drafts' cells go
-            return
-        start, state = checkpoint
-        self.lane.ctx.restore_recurrent_state(slot.seq, state)
-        self.lane.ctx.seq_rm(slot.seq, start, -1)  # the state is at start - 1 again: only attention cells go
-        job.speculation.redo = slot.tokens[start:n]
-        del slot.tokens[start:]
-        job.n_past = start
-        self.counts["rollbacks"] += 1
-        self.counts["redo_tokens"] += len(job.speculation.redo)
-
-    def _call(self, plan: list[tuple[EngineSequence, list[int]]]) -> bool:
+    def _call(self, plan: Plan) -> bool:
         """One ``llama_decode`` of the batch (``plan``: each job and its tokens in it); the sequences' records
         follow. False when it failed: then its jobs failed, and the others go on untouched."""
         lane = self.lane
@@ -505,16 +351,6 @@ class Scheduler:
         return True
 
     # -- tokens and endings ------------------------------------------------------------------------------
-    def _sample(self, job: EngineSequence, logits: npt.NDArray[np.float32]) -> int:
-        assert job.sampler is not None
-        start = time.perf_counter()
-        token = job.sampler.sample(logits)
-        self.sample_s += time.perf_counter() - start
-        job.sampled.append(token)
-        if job.params.logprobs > 0:
-            job.logprobs.append(top_logprobs(self.model, logits, job.params.logprobs))
-        return token
-
     def _emit(self, job: EngineSequence, token: int) -> bool:
         """The job's next token: True when the reply goes on (it is then the pending token), False when it
         ended (end of generation, a stop string, the length limit, a grammar dead end)."""
@@ -629,24 +465,19 @@ class Scheduler:
         self.queue.clear()
 
     def stats(self) -> BatchStats:
-        c, t = self.counts, self.times
+        steps = self.decoder.counts
         return BatchStats(
-            **c,
-            depths=dict(sorted(self.depths.items())),
+            **self.counts,
+            decode_steps=steps.decode_steps,
+            verify_tokens=steps.verify_tokens,
+            filler_tokens=steps.filler_tokens,
+            rollbacks=steps.rollbacks,
+            redo_tokens=steps.redo_tokens,
+            depths=dict(sorted(steps.depths.items())),
             seconds=time.perf_counter() - self.started,
-            prefill_s=t["prefill_s"],
-            decode_s=t["decode_s"],
+            prefill_s=self.prefill_s,
+            decode_s=steps.decode_s,
         )
-
-
-def top_logprobs(model: LlamaModel, logits: npt.NDArray[np.float32], n: int) -> list[tuple[str, float]]:
-    """The ``n`` most likely tokens under ``logits`` (before any grammar or temperature), as (text as it would
-    appear in the reply, log p)."""
-    top = np.argpartition(logits, -n)[-n:]
-    top = top[np.argsort(-logits[top])]
-    peak = float(logits.max())
-    log_total = peak + float(np.log(np.exp(logits.astype(np.float64) - peak).sum()))
-    return [(model.piece(int(t)).decode("utf-8", errors="replace"), float(logits[t]) - log_total) for t in top]
 
 
 def reuse_cap(shared: int, n: int, n_batch: int) -> int:

@@ -2,7 +2,7 @@
 cost, what it emitted, and its speculation's bookkeeping.
 
 The scheduler (``backends.llamacpp.scheduler``) moves a sequence through its phases; a decode step
-(``Scheduler._decode``) drafts, verifies and rolls back its tokens.
+(``backends.llamacpp.step``) drafts, verifies and rolls back its tokens.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Recurrent and hybrid models (Mamba-2, LFM2's short convolutions, beside attentio
 sequence, at its last position; llama.cpp cannot drop the tail of such a sequence (a partial ``seq_rm`` fails,
 and leaves the memory as it was). On them (``SlotTable.recurrent``) a slot offers only all it holds: a prefix is
 shared by copying a sequence whose state is exactly at the prefix's end, ``keep`` of a part empties the slot, and
-speculation rolls back by restoring a checkpoint of the recurrent state (``backends.llamacpp.scheduler``).
+speculation rolls back by restoring a checkpoint of the recurrent state (``backends.llamacpp.step``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .ffi import LlamaContext
+from .ffi import LlamaContext, LlamaModel, TokenBatch
 
-__all__ = ["Slot", "SlotTable", "common_prefix"]
+__all__ = ["Lane", "Slot", "SlotTable", "common_prefix"]
 
 
 @dataclass(eq=False)
@@ -94,6 +94,37 @@ class SlotTable:
         for slot in self.slots:
             if slot.job is None:
                 self.keep(slot, 0)
+
+
+class Lane:
+    """A context and its sequences: the batched one (max_seqs x seq_ctx), or one sequence of n_ctx for jobs
+    too large for it. ``n_outputs``: the most logits rows a call returns (with speculation, a job's draft's too)."""
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        *,
+        n_seqs: int,
+        seq_ctx: int,
+        n_batch: int,
+        n_threads: int,
+        flash_attn: bool,
+        n_outputs: int,
+    ) -> None:
+        self.ctx = LlamaContext(
+            model,
+            seq_ctx=seq_ctx,
+            n_seq_max=n_seqs,
+            n_batch=n_batch,
+            n_threads=n_threads,
+            flash_attn=flash_attn,
+            n_outputs=n_outputs,
+        )
+        self.batch = TokenBatch(model.lib, n_batch)
+        self.slots = SlotTable(self.ctx, n_seqs, self.ctx.seq_ctx)
+
+    def close(self) -> None:
+        self.ctx.close()
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
