@@ -12,7 +12,7 @@ from minions.protocols.search.figures import figure_share, figures, is_figure
 def test_a_figure_keeps_its_text_number_and_scale() -> None:
     found = figures("Revenue was $31.8 million, up 12% from (1,577) and €4.2bn; 29 per cent of sales.")
     assert [f.text for f in found] == ["$31.8 million", "12%", "(1,577)", "€4.2bn", "29 per cent"]
-    assert [f.value for f in found] == [Decimal(31800000), Decimal(12), Decimal(1577), Decimal(4.2e9), Decimal(29)]
+    assert [f.value for f in found] == [Decimal(31800000), Decimal(12), Decimal(1577), Decimal(4200000000), Decimal(29)]
     assert found[0].start == len("Revenue was ")
 
 
