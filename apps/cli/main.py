@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
 from minions.errors import MinionsError
+from minions.events import SETUP_LOG
 
 from .bench import add_bench_parser
 from .models import add_model_options as _add_model_options
@@ -208,7 +209,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.ERROR, format="%(levelname)s %(name)s: %(message)s", force=True
     )
+    _show_setup_lines()
+    if args.command == "bench":  # a benchmark times what it runs: no idle work (a cost table) shares the cores
+        from minions.backends.llamacpp.worker import stop_idle_work
+
+        stop_idle_work()
     return _run(args.func, args)
+
+
+def _show_setup_lines() -> None:
+    """One-time set-up work a command waits for (a model converted on first use) says so, one line each on stderr
+    (``minions.events.SETUP_LOG``), where other log lines show only with ``--debug``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("minions: %(message)s"))
+    setup = logging.getLogger(SETUP_LOG)
+    setup.handlers, setup.propagate = [handler], False
+    setup.setLevel(logging.INFO)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -33,7 +33,7 @@ from ..base import BaseBackend, Capabilities, MessagesLike, OnResult
 from ..model_files import resolve_model_path
 from ..settings import cpu_threads
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
-from .worker import submit
+from .worker import submit, when_idle
 
 if TYPE_CHECKING:
     from .engine import Engine, EngineConfig, PrefixStats
@@ -87,6 +87,8 @@ class LlamaCppBackend(BaseBackend):
         the answer); prompt lookup drafts without one."""
         self._load_lock = threading.Lock()
         self._engine: Engine | None = None
+        self._refining: Generator[float | None, None, None] | None = None
+        """The engine's idle-time work (``Engine.refine_costs``), closed before the engine is."""
 
     # -- the model -------------------------------------------------------------------------------------
     @property
@@ -102,6 +104,8 @@ class LlamaCppBackend(BaseBackend):
                 if self.draft_model is not None:
                     config = replace(config, draft_model=str(self.draft_model))
                 self._engine = Engine(self.model_path, config, name=self.name)
+                self._refining = self._engine.refine_costs()
+                when_idle(self._refining)  # this machine's cost table, measured while no job waits
             return self._engine
 
     def count_tokens(self, text: str) -> int:
@@ -181,6 +185,8 @@ class LlamaCppBackend(BaseBackend):
 
         def close(_: CancelToken) -> None:
             if self._engine is not None:
+                if self._refining is not None:
+                    self._refining.close()  # frees its context before the model goes
                 self._engine.close()
                 self._engine = None
 

@@ -37,7 +37,6 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -47,10 +46,16 @@ from minions.events import CancelToken
 from minions.types import ChatRequest, ChatResult, Message
 
 from ..settings import cpu_threads
-from ..speculation.depth import CostTable
+from ..speculation.depth import CostTable, drain
 from ..speculation.drafters import Drafter
 from ..speculation.speculator import K_MAX, NullSpeculator, Speculator, default_drafters
-from .cost_table import load_or_measure_cost_table
+from .cost_table import (
+    DEFAULT_COST_TABLE,
+    cost_table_steps,
+    load_cost_table,
+    load_or_measure_cost_table,
+    save_cost_table,
+)
 from .defaults import DEFAULT_CONTEXT, DEFAULT_MAX_SEQS
 from .draft_model import DraftModel
 from .ffi import LlamaModel
@@ -98,7 +103,8 @@ class EngineConfig:
     speculate: bool = True
     """Speculative decoding of generating jobs (``backends.speculation``): lossless (every token is the one the
     job's own sampler picks from the model's logits), and how much to draft adapts to this machine's cost curve
-    and the drafts' live acceptance, down to no drafts at all."""
+    (a shipped default until it is measured, in idle time: ``Engine.refine_costs``) and the drafts' live
+    acceptance, down to no drafts at all."""
     k_max: int = K_MAX
     """The longest draft verified in one step."""
     draft_depth: int | None = None
@@ -211,11 +217,7 @@ class Engine:
         (the batch size; default ``max_seqs``)."""
         steps = self.steps(requests, on_token=on_token, on_result=on_result, cancel=cancel, seed=seed,
                            trace_tokens=trace_tokens, speculate=speculate, max_active=max_active)  # fmt: skip
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return cast("list[ChatResult]", done.value)
+        return drain(steps)
 
     def steps(
         self,
@@ -402,11 +404,40 @@ class Engine:
             drafters.append(DraftModel(c.draft_model, n_seqs=c.max_seqs, seq_ctx=c.seq_ctx, n_threads=c.threads))
 
         def cost() -> CostTable:
-            return load_or_measure_cost_table(self.model, n_threads=c.threads, max_seqs=c.max_seqs,
-                                              flash_attn=c.flash_attn)  # fmt: skip
+            if self._costs_in_seconds:
+                return load_or_measure_cost_table(self.model, n_threads=c.threads, max_seqs=c.max_seqs,
+                                                  flash_attn=c.flash_attn)  # fmt: skip
+            table = load_cost_table(self.model, n_threads=c.threads, max_seqs=c.max_seqs, flash_attn=c.flash_attn)
+            return table or DEFAULT_COST_TABLE
 
         recurrent = self.model.memory != "attention"
         return Speculator(drafters, cost, k_max=c.k_max, depth=c.draft_depth, recurrent=recurrent)
+
+    @property
+    def _costs_in_seconds(self) -> bool:
+        """Whether the speculator adds seconds of its own to the table's (a draft model's, a recurrent rollback's):
+        then a default table in another machine's seconds would mislead it, and the table is measured on first
+        speculative use."""
+        return bool(self.config.draft_model) or self.model.memory != "attention"
+
+    def refine_costs(self) -> Generator[float | None, None, None]:
+        """Measure this machine's cost table a decode call at a time (``cost_table.cost_table_steps``) where the
+        speculator drafts by ``DEFAULT_COST_TABLE`` for want of one; then cache it and draft by it. For the
+        llama.cpp thread's idle time (``worker.when_idle``), so that no answer waits for what only speculation
+        needs: it yields after each call, and while the machine is busy (``IDLE_LOAD``: a table measured while
+        other work shares the cores is wrong in shape, and kept) it waits, yielding the seconds until it looks
+        again. Nothing to do where the engine does not speculate or its table is there."""
+        c = self.config
+        if not c.speculate or self._costs_in_seconds or self.speculator.cost is not DEFAULT_COST_TABLE:
+            return
+        while _busy():
+            yield BUSY_RETRY_S
+        log.info("measuring decode-call costs of %s while idle (once for this machine)", self.model.path.name)
+        table = yield from cost_table_steps(self.model, n_threads=c.threads, max_seqs=c.max_seqs,
+                                            flash_attn=c.flash_attn)  # fmt: skip
+        save_cost_table(self.model, table, n_threads=c.threads, max_seqs=c.max_seqs, flash_attn=c.flash_attn)
+        if self.speculator.cost is DEFAULT_COST_TABLE:  # not replaced meanwhile (a benchmark's own table)
+            self.speculator.refine(table)
 
     def _prefix_cache(self) -> PrefixCache:
         c = self.config
@@ -443,3 +474,17 @@ class Engine:
         job.max_new = min(params.max_tokens if params.max_tokens > 0 else n_ctx, n_ctx - n)
         job.text = TextStream([*params.stop, self._eos_text])  # the chat formatter adds the EOS text as a stop
         return job
+
+
+IDLE_LOAD = 0.5
+"""The machine counts as idle, for measuring its cost table, while its load average is under this per core."""
+BUSY_RETRY_S = 30.0
+"""How long ``Engine.refine_costs`` waits to look again at a busy machine."""
+
+
+def _busy() -> bool:
+    """Whether the machine's 1-minute load average is over ``IDLE_LOAD`` per core (never where it is unknown)."""
+    try:
+        return os.getloadavg()[0] > IDLE_LOAD * (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return False

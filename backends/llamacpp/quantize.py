@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.errors import ConfigError
+from minions.events import SETUP_LOG
 from minions.paths import cache_dir
 
 from ..model_files import smollm2_path
@@ -21,6 +22,7 @@ from ..settings import cpu_threads
 __all__ = ["DEFAULT_QUANTIZATION", "QUANT_TYPES", "default_local_model", "quantize"]
 
 log = logging.getLogger(__name__)
+setup_log = logging.getLogger(SETUP_LOG)
 
 # Chosen from the measurements in docs/local-models.md.
 DEFAULT_QUANTIZATION = "Q4_0"
@@ -44,6 +46,7 @@ def quantize(source: Path, target: Path, qtype: str) -> Path:
     params.allow_requantize = True
     params.nthread = cpu_threads()
     target.parent.mkdir(parents=True, exist_ok=True)
+    setup_log.info("converting %s to %s for this CPU, once (a second or two), into %s", source.name, key, target.parent)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     rc = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), params)
     if rc != 0 or not tmp.exists():

@@ -57,9 +57,9 @@ import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .tree import STRONG_MATCH, TokenTree, Trie, tried
 
@@ -74,14 +74,17 @@ __all__ = [
     "best_first",
     "best_size",
     "choose_depths",
+    "drain",
     "expected_tokens",
     "fillers",
     "rollback_tokens",
     "shape_tree",
     "time_rounds",
+    "timed_rounds",
 ]
 
 Shape = TypeVar("Shape", bound=Hashable)
+R = TypeVar("R")
 
 # The points of ``CostCurve.linear``.
 MEASURE_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
@@ -423,12 +426,30 @@ def time_rounds(
     call of several shapes, not every call of one shape (which the monotone repair of ``CostCurve.measured``
     would carry to every larger one). The first ``warmup`` rounds are not kept: the first calls of a shape build
     and repack buffers, and take seconds."""
+    return drain(timed_rounds(shapes, call, repeats=repeats, warmup=warmup))
+
+
+def drain(steps: Generator[Any, None, R]) -> R:
+    """What a generator of steps (``timed_rounds``) returns, all its steps taken at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast("R", done.value)
+
+
+def timed_rounds(
+    shapes: Sequence[Shape], call: Callable[[Shape], float], *, repeats: int, warmup: int = 1
+) -> Generator[None, None, dict[Shape, list[float]]]:
+    """``time_rounds`` a call at a time: it yields after each call (a caller with other work does it between two,
+    and the rounds absorb what that work disturbs) and returns the timings."""
     times: dict[Shape, list[float]] = {shape: [] for shape in shapes}
     for round_ in range(warmup + repeats):
         for shape in shapes:
             seconds = call(shape)
             if round_ >= warmup:
                 times[shape].append(seconds)
+            yield
     return times
 
 

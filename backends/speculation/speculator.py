@@ -147,11 +147,12 @@ class DraftStats:
 
 
 class Speculator:
-    """Drafters, their live acceptance, and the machine's cost table (measured on first use, then cached).
+    """Drafters, their live acceptance, and the machine's cost table.
 
-    ``depth``: a fixed draft length (tests), else adaptive. ``cost``: a function that measures or loads
-    ``T``, called the first time a draft is on offer. ``recurrent``: the target's memory rolls back by restoring a
-    checkpoint and computing the accepted tokens again, which the choice of depths charges (``depth``)."""
+    ``depth``: a fixed draft length (tests), else adaptive. ``cost``: a function that gives ``T`` (loads or
+    measures it, or gives a default that ``refine`` replaces later), called the first time a draft is on offer.
+    ``recurrent``: the target's memory rolls back by restoring a checkpoint and computing the accepted tokens again,
+    which the choice of depths charges (``depth``)."""
 
     def __init__(
         self,
@@ -192,6 +193,14 @@ class Speculator:
     @cost.setter
     def cost(self, curve: CostCurve | CostTable) -> None:
         self._cost = curve
+
+    def refine(self, table: CostCurve | CostTable) -> None:
+        """Draft by ``table`` from now on, in place of the one it replaces (a default, this machine's measured
+        since): the calibration and the speed gate, which count in units of the old table, start afresh."""
+        self._cost = table
+        self._calibration = {}
+        if self.gate is not None:
+            self.gate = SpeedGate()
 
     def start(self, seq: int, schema: Mapping[str, Any] | None, constraint: Constraint | None = None) -> None:
         """A job starts on ``seq``: drafters that draft per schema (the grammar trace) switch to its schema, and
