@@ -115,7 +115,8 @@ class Asks(Protocol):
 
 @runtime_checkable
 class Priced(Protocol):
-    """A backend that prices its own calls (``ChatResult.usage.cost_usd``), at ``price`` per million tokens."""
+    """A backend that prices its own calls (a ``ChatResult`` whose ``usage`` carries ``cost_usd``), at ``price``
+    per million tokens."""
 
     @property
     def price(self) -> Price | None: ...
@@ -129,7 +130,7 @@ def declared_capabilities(backend: Backend) -> Capabilities:
 
 
 def questions(backend: Backend) -> list[ChatRequest]:
-    """The requests the first read of ``backend.capabilities`` would still send its server (``Asks.questions``)."""
+    """The requests the first read of ``capabilities`` would still send its server (``Asks.questions``)."""
     return backend.questions() if isinstance(backend, Asks) else []
 
 

@@ -120,6 +120,9 @@ class Outdated:
 class ChunkIndex(Protocol):
     """What the library needs of an index; ``SqliteIndex`` is the embedded one."""
 
+    path: str
+    """Where it is (a file, ":memory:"), for messages."""
+
     def documents(self) -> list[IndexedDocument]: ...
     def find(self, key: str) -> IndexedDocument | None: ...
     def add(
