@@ -46,7 +46,7 @@ from minions.errors import (
     ModelNotFoundError,
 )
 from minions.events import CancelToken
-from minions.tokens import count_tokens
+from minions.tokens import TOKEN_MARGIN, count_tokens
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, as_messages
 
 from .address import on_this_device
@@ -68,9 +68,6 @@ DEFAULT_NUM_PARALLEL = 4
 allows; a server that takes fewer queues the rest)."""
 CONTEXT_STEP = 4096
 """``num_ctx`` grows in steps of this many tokens."""
-TOKEN_MARGIN = 1.3
-"""Our token count is tiktoken's; the model's own tokenizer may count more (Llama, Qwen and Gemma tokenizers
-count up to about a quarter more on English and figures), so the count is raised by this factor."""
 MESSAGE_OVERHEAD = 8
 """Tokens the chat template adds per message (role markers)."""
 MAX_TOP_LOGPROBS = 20
@@ -162,6 +159,7 @@ class OllamaBackend(AskingBackend):
                 raise ContextLengthError(
                     f"The prompt needs about {needed} tokens but {self.model} on Ollama at {self.host} holds "
                     f"{trained}: send less text, or smaller chunks.",
+                    window=trained,
                     backend=self.name,
                 )
             num_ctx = trained

@@ -130,6 +130,9 @@ _CONTEXT_WORDING = re.compile(
     re.IGNORECASE,
 )
 
+_STATED_WINDOW = re.compile(r"(?:maximum context length|context (?:length|window)) (?:is|of) (\d+)", re.IGNORECASE)
+"""How OpenAI's API and OpenAI-compatible servers (llama-cpp-python's, vLLM's) state the window a prompt overran."""
+
 # Prefix -> context window in tokens; the longest matching prefix wins.
 _CONTEXT_WINDOWS: Mapping[str, int] = {"gpt-4o": 128_000, "gpt-4.1": 1_047_576, "gpt-5": 400_000}
 DEFAULT_CONTEXT_WINDOW = 128_000
@@ -623,9 +626,11 @@ class OpenAIBackend(AskingBackend):
         if isinstance(exc, openai.APIStatusError):
             detail = _detail(exc)
             if exc.code == "context_length_exceeded" or (exc.status_code == 400 and _CONTEXT_WORDING.search(detail)):
+                stated = _STATED_WINDOW.search(detail)
                 return ContextLengthError(
                     f"The prompt does not fit {self.name}'s context window ({detail}): "
                     "send less text, or smaller chunks.",
+                    window=int(stated[1]) if stated else None,
                     raw=exc.body,
                     **ctx,
                 )

@@ -138,7 +138,12 @@ class BackendTimeoutError(BackendError):
 
 
 class ContextLengthError(BackendError):
-    pass
+    """The prompt and the reply's room do not fit the model's context window; ``window``: that window in tokens,
+    where the server said it (a caller that sends less can ask again within it)."""
+
+    def __init__(self, message: str, *, window: int | None = None, **context: Any) -> None:
+        self.window = window
+        super().__init__(message, **context)
 
 
 class MalformedResponseError(BackendError):

@@ -20,12 +20,16 @@ from typing import Any
 
 from minions.paths import cache_dir
 
-__all__ = ["TokenCounter", "count_tokens", "encoding_for_model", "token_counter"]
+__all__ = ["TOKEN_MARGIN", "TokenCounter", "count_tokens", "encoding_for_model", "token_counter"]
 
 log = logging.getLogger(__name__)
 
 _BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/{name}.tiktoken"
 CHARS_PER_TOKEN_ESTIMATE = 4
+TOKEN_MARGIN = 1.3
+"""Our token count is tiktoken's; another model's own tokenizer may count more (Llama, Qwen, Gemma and SmolLM2
+tokenizers count up to about a quarter more on English and figures): where that model's window must hold the text,
+the count is raised by this factor."""
 
 
 def encoding_for_model(model: str | None) -> str:

@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
+from minions.errors import ContextLengthError
+from minions.tokens import TOKEN_MARGIN
 from minions.types import Message
 
 from .base import BaseProtocol, fit_to_tokens, verified_citations
@@ -23,7 +25,7 @@ from .evidence.written import written_answer
 from .prompts import render
 from .result import Citation, Evidence
 from .schemas import Answer
-from .search.ranking import lexical_rank, word_order
+from .search.ranking import Ranked, lexical_rank, word_order
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
 
@@ -42,26 +44,51 @@ def _ask_answer(ctx: RunContext, context: str, step: str) -> Answer:
         return ctx.remote.ask(messages, Answer, step=step, round=1)
 
 
+def _context_tokens(ctx: RunContext, window: int) -> int:
+    """What the context may take of a ``window`` of tokens: the rest is the reply's room and the prompt's words."""
+    return max(window - ctx.options.remote_max_tokens - PROMPT_RESERVE, 1)
+
+
+def _answer_within(ctx: RunContext, context_for: Callable[[int], str]) -> tuple[Answer, str]:
+    """The remote model's answer over ``context_for(tokens)``, the context cut to what the remote's declared window
+    leaves it, and the context sent. A server whose window is smaller than declared (a model on a local server
+    declares none: it is taken to be large) says so when the prompt overruns it: the context is cut to that window
+    and asked once more, with a notice."""
+    window = ctx.remote.capabilities.context_window
+    context = context_for(_context_tokens(ctx, window))
+    try:
+        return _ask_answer(ctx, context, "answer"), context
+    except ContextLengthError as exc:
+        if exc.window is None or exc.window >= window:
+            raise
+        ctx.notice(f"{ctx.remote.backend.name}'s context window is {exc.window} tokens: it reads less of the text.")
+        # the server counts with the model's own tokenizer, which may count more than ours
+        context = context_for(int(_context_tokens(ctx, exc.window) / TOKEN_MARGIN))
+        return _ask_answer(ctx, context, "answer-within-window"), context
+
+
 class RemoteOnly(BaseProtocol):
     name: ClassVar[str] = "remote"
 
     def _run(self, ctx: RunContext) -> None:
         ctx.rounds = 1
         text = "\n\n".join(f"# {d.name}\n{d.text}" for d in ctx.documents)
-        remote, window = ctx.remote.backend, ctx.remote.capabilities.context_window
-        limit = window - ctx.options.remote_max_tokens - PROMPT_RESERVE
-        context, cut = fit_to_tokens(text, remote, max(limit, 1))
-        if cut:
-            ctx.notice(
-                f"The documents exceed {remote.name}'s context window "
-                f"({window} tokens): it reads the first {len(context)} of "
-                f"{len(text)} characters."
-            )
+        remote = ctx.remote.backend
+
+        def fitted(tokens: int) -> str:
+            context, cut = fit_to_tokens(text, remote, tokens)
+            if cut:
+                ctx.notice(
+                    f"The documents exceed {remote.name}'s context window: "
+                    f"it reads the first {len(context)} of {len(text)} characters."
+                )
+            return context
+
+        answer, context = _answer_within(ctx, fitted)
         ctx.evidence = [
             Evidence(d.name, d.text[:n], 0, n, tuple(p.number for p in d.pages if p.start < n), "document")
             for d, n in _sent(ctx.documents, len(context))
         ]
-        answer = _ask_answer(ctx, context, "answer")
         ctx.best_answer = ctx.remote.restore(answer.answer)
         ctx.citations = [
             c
@@ -81,12 +108,27 @@ class RAG(BaseProtocol):
         else:
             chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
             ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
-        top = [r.chunk for r in ranked]
-        ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in ranked]
-        context = "\n\n".join(f"[{c.label}]\n{c.text}" for c in top)
-        answer = _ask_answer(ctx, context, "answer")
+        sent: list[Ranked] = []
+
+        def fitted(tokens: int) -> str:
+            """The best-ranked chunks that fit ``tokens`` (the first cut to them where it alone does not)."""
+            sent.clear()
+            blocks: list[str] = []
+            left = tokens
+            for r in ranked:
+                block = f"[{r.chunk.label}]\n{r.chunk.text}"
+                left -= ctx.remote.backend.count_tokens(block) + 1
+                if left < 0 and blocks:
+                    break
+                sent.append(r)
+                blocks.append(block)
+            context = "\n\n".join(blocks)
+            return fit_to_tokens(context, ctx.remote.backend, tokens)[0] if left < 0 else context
+
+        answer, _ = _answer_within(ctx, fitted)
+        ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in sent]
         ctx.best_answer = ctx.remote.restore(answer.answer)
-        ctx.citations = _cite(answer.citations, top, ctx)
+        ctx.citations = _cite(answer.citations, [r.chunk for r in sent], ctx)
 
 
 def _sent(documents: Sequence[Document], chars: int) -> list[tuple[Document, int]]:

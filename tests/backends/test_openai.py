@@ -34,6 +34,8 @@ from minions.errors import (
 )
 from minions.types import ChatRequest, Message, SamplingParams, Usage
 
+from ..conftest import SERVER_CONTEXT
+
 BASE = "http://api.test/v1"
 
 
@@ -467,14 +469,23 @@ def test_unknown_model_names_the_model() -> None:
 def test_context_length_error() -> None:
     message = "This model's maximum context length is 128000 tokens. However, you requested 130000 tokens."
     server = Script(reply(400, error_body(message, "context_length_exceeded")))
-    with pytest.raises(ContextLengthError, match="maximum context length"):
+    with pytest.raises(ContextLengthError, match="maximum context length") as raised:
         make_backend(server).chat("hi")
+    assert raised.value.window == 128000  # what the server says, for a caller that sends less
+
+
+def test_context_length_error_without_the_window_says_none() -> None:
+    server = Script(reply(400, error_body("The prompt is too long for this model.", "context_length_exceeded")))
+    with pytest.raises(ContextLengthError) as raised:
+        make_backend(server).chat("hi")
+    assert raised.value.window is None
 
 
 def test_context_length_error_from_wording_alone() -> None:
     server = Script(reply(400, {"error": "Requested tokens (5000) exceed context window of 4096"}))
-    with pytest.raises(ContextLengthError):
+    with pytest.raises(ContextLengthError) as raised:
         make_backend(server).chat("hi")
+    assert raised.value.window == 4096
 
 
 def test_refusing_server_is_a_connection_error() -> None:
@@ -723,8 +734,9 @@ def test_real_server_achat(local: OpenAIBackend) -> None:
 
 @pytest.mark.slow
 def test_real_server_context_length(local: OpenAIBackend) -> None:
-    with pytest.raises(ContextLengthError):
+    with pytest.raises(ContextLengthError) as raised:
         local.chat("hello " * 6000, SHORT)
+    assert raised.value.window == SERVER_CONTEXT  # llama-cpp-python's server states its --n_ctx
 
 
 @pytest.mark.slow

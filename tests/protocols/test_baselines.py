@@ -9,8 +9,10 @@ import pytest
 
 from minions.backends.base import Capabilities
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
+from minions.errors import ContextLengthError
 from minions.protocols import RAG, LocalOnly, RemoteOnly
-from minions.types import ChatRequest, ChatResult, Timings, Usage
+from minions.tokens import count_tokens
+from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage
 
 from .helpers import FACT, SECRET, job_reply
 
@@ -43,6 +45,36 @@ def test_rag_sends_only_the_best_chunks(remote, doc):
     sent = "\n".join(r.text for r in result.egress)
     assert FACT in sent and SECRET not in sent and len(sent) < len(doc.text) / 2
     assert result.citations[0].document == "report.txt" and result.answer == "$4.2 billion"
+
+
+def test_rag_sends_no_more_than_the_context_window_the_server_states(doc):
+    """A model on a local server declares no window (it is taken to be large); when the prompt overruns the
+    server's, the error says how large it is, and RAG asks again with the best chunks that fit it."""
+    window, reply = 700, json.dumps({"answer": "$4.2 billion", "citations": [FACT]})
+
+    def server(messages: list[Message], params: SamplingParams) -> str:
+        asked = sum(count_tokens(m.content) for m in messages) + params.max_tokens
+        if asked > window:
+            raise ContextLengthError(f"maximum context length is {window} tokens, you requested {asked}",
+                                     window=window)  # fmt: skip
+        return reply
+
+    remote = ScriptedBackend("scripted/remote", responder=server)
+    events: list = []
+    rag = RAG(remote, remote, top_k=8, chunk_size=400, remote_max_tokens=200)
+    result = rag.run("What was revenue in fiscal 2023?", [doc], events=events.append)
+    assert result.complete and result.answer == "$4.2 billion" and result.citations[0].text == FACT
+    assert [c.params.max_tokens for c in remote.history] == [200, 200]
+    first, fitted = (sum(count_tokens(m.content) for m in c.messages) for c in remote.history)
+    assert first + 200 > window >= fitted + 200
+    assert len(result.evidence) < 8 and FACT in result.evidence[0].text  # what was sent, the best first
+    assert any(e.kind == "notice" and f"{window} tokens" in e.message for e in events)
+
+
+def test_rag_passes_on_a_context_error_that_states_no_window(doc):
+    remote = ScriptedBackend("scripted/remote", replies=(ContextLengthError("too long"),))
+    result = RAG(remote, remote, top_k=4, chunk_size=400).run("What was revenue in fiscal 2023?", [doc])
+    assert not result.complete and "too long" in (result.error or "") and len(remote.history) == 1
 
 
 def test_local_only_answers_with_the_quote_and_its_place_on_the_device(local, doc):
