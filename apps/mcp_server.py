@@ -7,7 +7,8 @@ Tools (each with a typed schema; what they return is in docs/mcp.md):
   score; no model runs;
 - ``ask``: an answer from the library, by ``local`` unless told otherwise (nothing leaves the device unless the
   user configured a remote model), asked as ``minions ask --library`` asks (``asking.ask_library``), with its
-  citations, cost and the egress log of what left the device;
+  citations, cost and the egress log of what left the device (a run that failed after some text left is an
+  incomplete answer with the error in its notes, so that what left is still said);
 - ``list_documents`` and ``add`` (files or folders, only under the folders named at start, with a progress
   notification per file).
 
@@ -189,8 +190,9 @@ class LibraryServer:
                            "MINIONS_REMOTE), or ask with protocol local")  # fmt: skip
             with self._one_question:  # one model run at a time: the local model is one engine
                 result = ask_library(self._library_for(protocol), question, documents)
-        if result.error:
+        if result.error and not result.egress:
             raise ToolError(result.error)
+        # a run that failed after text left this device still says what left: incomplete, the error in its notes
         return _answer(result)
 
     def list_documents(self) -> list[DocumentInfo]:

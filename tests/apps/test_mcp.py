@@ -44,7 +44,7 @@ START_S = 300.0
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
     missing = [f for f in FILINGS if not (PDFS / f).exists()]
     if missing:
         pytest.skip(f"needs FinanceBench's PDFs in {PDFS} (missing {', '.join(missing)})")
@@ -53,6 +53,12 @@ def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
         report = lib.add(*(PDFS / f for f in FILINGS), DEMO)
     assert not report.skipped, report.skipped
     return folder
+
+
+@pytest.fixture
+def library(built_library: Path, tmp_path: Path) -> Path:
+    """A copy of the built library for each test: a test that adds a document leaves the others' list as it was."""
+    return Path(shutil.copytree(built_library, tmp_path / "library"))
 
 
 @pytest.fixture
@@ -234,11 +240,9 @@ def test_off_loopback_it_needs_a_token(library: Path) -> None:
 
 
 def test_a_watched_folder_is_kept_in_sync_while_it_serves(library: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "library"
-    shutil.copytree(library, copy)
     watched = tmp_path / "watched"
     watched.mkdir()
-    server = Served("--library", str(copy), "--watch", str(watched))
+    server = Served("--library", str(library), "--watch", str(watched))
     try:
         server.line_with("minions mcp on http://127.0.0.1")
         (watched / "notes.md").write_text("# Notes\n\nThe board approved the Rotterdam warehouse in March.\n")
@@ -256,24 +260,28 @@ def test_a_watched_folder_is_kept_in_sync_while_it_serves(library: Path, tmp_pat
 
 def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(library: Path, openai_server: str) -> None:
     """The remote model is llama.cpp's server on loopback: what the ``rag`` protocol sends it is recorded, and
-    the same question asked by ``minions ask --library`` and by the MCP tool records the same messages."""
+    the same question asked by ``minions ask --library`` and by the MCP tool records the same messages.
+
+    A stand-in remote of 135M parameters may write no reply that validates (it asks again, then fails): the run
+    then fails alike both ways, and the MCP tool still says what left the device, as the CLI's JSON does."""
     remote = f"openai-compatible/smollm2@{openai_server}"
-    question = "What was Northwind's operating income in 2025?"
+    question = DEMO_QUESTION
     cli = subprocess.run(
         [sys.executable, "-m", "minions", "ask", question, "--library", str(library), "--protocol", "rag",
          "--remote", remote, "--json"],
         env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
-    assert cli.returncode == 0, cli.stderr[-2000:]
-    by_cli = json.loads(cli.stdout)["egress"]
+    by_cli = json.loads(cli.stdout)
+    assert cli.returncode == (2 if by_cli["error"] else 0), cli.stderr[-2000:]
     command = ["-m", "minions", "mcp", "--library", str(library), "--remote", remote]
     server = StdioServerParameters(command=sys.executable, args=command, env=environment(), cwd=str(ROOT))
 
-    async def session() -> list[dict[str, Any]]:
+    async def session() -> dict[str, Any]:
         async with Client(server, read_timeout_seconds=START_S) as client:
-            answer = structured(await client.call_tool("ask", {"question": question, "protocol": "rag"}))
-            return list(answer["egress"])
+            return structured(await client.call_tool("ask", {"question": question, "protocol": "rag"}))
 
     by_mcp = anyio.run(session)
-    assert by_cli and by_mcp == by_cli
-    assert any(question in record["text"] for record in by_mcp)
+    assert (by_mcp["answer"], by_mcp["complete"]) == (by_cli["answer"], by_cli["complete"])
+    assert by_cli["egress"] and by_mcp["egress"] == by_cli["egress"]
+    assert any(question in record["text"] for record in by_mcp["egress"])
+    assert by_cli["error"] is None or any(by_cli["error"] in note for note in by_mcp["notes"])
