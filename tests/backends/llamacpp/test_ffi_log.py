@@ -1,4 +1,5 @@
-"""llama.cpp's log, silent unless ``MINIONS_LLAMA_VERBOSE`` or ``--debug``: the demo opens with its answer."""
+"""llama.cpp's log, silent unless ``MINIONS_LLAMA_VERBOSE`` or ``--debug``: the demo opens with its answer, after
+the one line that says the model is converted on its first use."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def test_the_demo_starts_with_its_answer(tmp_path) -> None:
     )
     assert proc.returncode == 0, proc.stdout
     assert (tmp_path / "cache" / "models").is_dir(), "the model was not converted again"
-    first = proc.stdout.splitlines()[0]
+    setup, first = proc.stdout.splitlines()[:2]
+    assert setup.startswith("minions: converting SmolLM2-135M-Instruct"), proc.stdout[:2000]  # its one line
     assert first == f"According to {DEMO.name}, line 27:", proc.stdout[:2000]
     assert "$31.8 million" in proc.stdout
     assert FALLBACK not in proc.stdout
