@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["add_cache_bench_parser", "add_index_parsers", "cmd_cache", "cmd_index", "progress_line"]
@@ -146,19 +149,37 @@ def _watch(library: Any, folders: list[str], on_progress: Callable[[Any], None])
     """``minions index --watch``: catch up, then keep the folders in sync until Ctrl-C."""
     from minions.protocols.search.watch import FolderWatch
 
-    with library:
+    with library, _ctrl_c() as stopped:
         watch = FolderWatch(library, folders, on_progress=on_progress).start()
         try:
-            if watch.wait_ready():
-                shown = ", ".join(str(f) for f in watch.folders)
-                print(f"library {library.index.path}: {len(library.documents)} documents; watching {shown} "
-                      "(Ctrl-C stops)", file=sys.stderr, flush=True)  # fmt: skip
-            watch.join()
-        except KeyboardInterrupt:
-            print("stopped watching", file=sys.stderr)
+            shown = False
+            while watch.running and not stopped.wait(0.2):
+                if not shown and watch.ready.is_set():
+                    shown = True
+                    where = ", ".join(str(f) for f in watch.folders)
+                    print(f"library {library.index.path}: {len(library.documents)} documents; watching {where} "
+                          "(Ctrl-C stops)", file=sys.stderr, flush=True)  # fmt: skip
+            if stopped.is_set():
+                print("stopped watching", file=sys.stderr)
         finally:
-            watch.stop()
+            watch.stop()  # a batch being applied is finished first
     return 0
+
+
+@contextmanager
+def _ctrl_c() -> Iterator[threading.Event]:
+    """An event that Ctrl-C (SIGINT) sets while the block runs, in place of a KeyboardInterrupt: one raised inside
+    ``Thread.join``'s lock wait can leave threading's record of that thread wrong (CPython's
+    ``_wait_for_tstate_lock`` then marks a running thread stopped), and a watch once outlived Ctrl-C by 30 s."""
+    stopped = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopped  # signals reach only the main thread: nothing to catch here
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    try:
+        yield stopped
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cache_summary() -> str:

@@ -184,10 +184,10 @@ class FolderWatch:
                 return False
         return True
 
-    def join(self) -> None:
-        """Wait until the watch ends (``stop``, from another thread or a signal)."""
-        while self._thread is not None and self._thread.is_alive():
-            self._thread.join(0.5)  # in steps, so that Ctrl-C reaches the waiting thread
+    @property
+    def running(self) -> bool:
+        """Whether the watch thread is following the folders (or catching up)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         """Stop following the folders (a batch being applied is finished first)."""
