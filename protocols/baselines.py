@@ -49,13 +49,14 @@ def _context_tokens(ctx: RunContext, window: int) -> int:
     return max(window - ctx.options.remote_max_tokens - PROMPT_RESERVE, 1)
 
 
-def _answer_within(ctx: RunContext, context_for: Callable[[int], str]) -> tuple[Answer, str]:
-    """The remote model's answer over ``context_for(tokens)``, the context cut to what the remote's declared window
-    leaves it, and the context sent. A server whose window is smaller than declared (a model on a local server
+def _answer_within(ctx: RunContext, context_for: Callable[[int, int], str]) -> tuple[Answer, str]:
+    """The remote model's answer over ``context_for(tokens, window)``, the context cut to the ``tokens`` that the
+    remote's ``window`` leaves it, and the context sent. ``context_for`` records what it sends as the run's evidence,
+    so that a reply that fails keeps it. A server whose window is smaller than declared (a model on a local server
     declares none: it is taken to be large) says so when the prompt overruns it: the context is cut to that window
     and asked once more, with a notice."""
     window = ctx.remote.capabilities.context_window
-    context = context_for(_context_tokens(ctx, window))
+    context = context_for(_context_tokens(ctx, window), window)
     try:
         return _ask_answer(ctx, context, "answer"), context
     except ContextLengthError as exc:
@@ -63,7 +64,7 @@ def _answer_within(ctx: RunContext, context_for: Callable[[int], str]) -> tuple[
             raise
         ctx.notice(f"{ctx.remote.backend.name}'s context window is {exc.window} tokens: it reads less of the text.")
         # the server counts with the model's own tokenizer, which may count more than ours
-        context = context_for(int(_context_tokens(ctx, exc.window) / TOKEN_MARGIN))
+        context = context_for(int(_context_tokens(ctx, exc.window) / TOKEN_MARGIN), exc.window)
         return _ask_answer(ctx, context, "answer-within-window"), context
 
 
@@ -75,20 +76,20 @@ class RemoteOnly(BaseProtocol):
         text = "\n\n".join(f"# {d.name}\n{d.text}" for d in ctx.documents)
         remote = ctx.remote.backend
 
-        def fitted(tokens: int) -> str:
+        def fitted(tokens: int, window: int) -> str:
             context, cut = fit_to_tokens(text, remote, tokens)
             if cut:
                 ctx.notice(
-                    f"The documents exceed {remote.name}'s context window: "
+                    f"The documents exceed {remote.name}'s context window ({window} tokens): "
                     f"it reads the first {len(context)} of {len(text)} characters."
                 )
+            ctx.evidence = [
+                Evidence(d.name, d.text[:n], 0, n, tuple(p.number for p in d.pages if p.start < n), "document")
+                for d, n in _sent(ctx.documents, len(context))
+            ]
             return context
 
         answer, context = _answer_within(ctx, fitted)
-        ctx.evidence = [
-            Evidence(d.name, d.text[:n], 0, n, tuple(p.number for p in d.pages if p.start < n), "document")
-            for d, n in _sent(ctx.documents, len(context))
-        ]
         ctx.best_answer = ctx.remote.restore(answer.answer)
         ctx.citations = [
             c
@@ -110,7 +111,7 @@ class RAG(BaseProtocol):
             ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
         sent: list[Ranked] = []
 
-        def fitted(tokens: int) -> str:
+        def fitted(tokens: int, window: int) -> str:
             """The best-ranked chunks that fit ``tokens`` (the first cut to them where it alone does not)."""
             sent.clear()
             blocks: list[str] = []
@@ -122,11 +123,11 @@ class RAG(BaseProtocol):
                     break
                 sent.append(r)
                 blocks.append(block)
+            ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in sent]
             context = "\n\n".join(blocks)
             return fit_to_tokens(context, ctx.remote.backend, tokens)[0] if left < 0 else context
 
         answer, _ = _answer_within(ctx, fitted)
-        ctx.evidence = [chunk_evidence(r.chunk, score=r.score) for r in sent]
         ctx.best_answer = ctx.remote.restore(answer.answer)
         ctx.citations = _cite(answer.citations, [r.chunk for r in sent], ctx)
 

@@ -27,7 +27,7 @@ def test_remote_only_cuts_to_the_context_window_with_a_notice(doc):
     result = RemoteOnly(remote, remote, remote_max_tokens=200).run("Revenue?", [doc], events=events.append)
     assert result.complete and result.answer == "unknown"
     notice = [e for e in events if e.kind == "notice"]
-    assert notice and "context window" in notice[0].message
+    assert notice and "context window (1000 tokens)" in notice[0].message
     sent = result.egress[-1].text
     assert remote.count_tokens(sent) < 1000 and len(sent) < len(doc.text)
     assert result.remote_only_estimate.prompt_tokens > 1000
@@ -69,6 +69,17 @@ def test_rag_sends_no_more_than_the_context_window_the_server_states(doc):
     assert first + 200 > window >= fitted + 200
     assert len(result.evidence) < 8 and FACT in result.evidence[0].text  # what was sent, the best first
     assert any(e.kind == "notice" and f"{window} tokens" in e.message for e in events)
+
+
+@pytest.mark.parametrize("protocol", [RAG, RemoteOnly])
+def test_a_reply_that_never_validates_keeps_the_evidence_that_was_sent(doc, protocol):
+    remote = ScriptedBackend("scripted/remote", replies=("not json",) * 3, capabilities=Capabilities(local=False))
+    run = protocol(remote, remote, top_k=2, chunk_size=800, max_retries=2)
+    result = run.run("What was revenue in fiscal 2023?", [doc])
+    assert not result.complete and "ModelOutputError" in result.notes[0] and len(remote.history) == 3
+    sent = "\n".join(r.text for r in result.egress)
+    assert result.evidence and all(e.text in sent for e in result.evidence)
+    assert any(FACT in e.text for e in result.evidence)
 
 
 def test_rag_passes_on_a_context_error_that_states_no_window(doc):
