@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -125,7 +125,8 @@ def _as_tool_error() -> Iterator[None]:
 
 class LibraryServer:
     """The MCP server over ``library``: ``local``/``remote`` answer questions (backends, or None for no remote);
-    ``allow``: folders ``add`` may read from; ``watch``: folders kept in sync (``add`` may read from them too)."""
+    ``allow``: folders ``add`` may read from; ``watch``: folders kept in sync (``add`` may read from them too);
+    ``options``: run options each question is asked with (a ``budget`` per question)."""
 
     def __init__(
         self,
@@ -135,9 +136,11 @@ class LibraryServer:
         remote: Any = None,
         allow: Sequence[Path] = (),
         watch: Sequence[Path] = (),
+        options: Mapping[str, Any] | None = None,
         on_progress: Callable[[AddProgress], None] | None = None,
     ) -> None:
         self.library = library
+        self.options = dict(options or {})
         self.local, self.remote = local, remote
         self.watch = FolderWatch(library, watch, on_progress=on_progress) if watch else None
         self.folders = [Path(f).expanduser().resolve() for f in allow] + (self.watch.folders if self.watch else [])
@@ -252,7 +255,7 @@ class LibraryServer:
         if protocol not in self._asking:
             self._asking[protocol] = Library(
                 index=self.library.index, local=self.local, remote=self.remote, protocol=protocol,
-                embeddings=self.library.embedder,
+                embeddings=self.library.embedder, **self.options,
             )  # fmt: skip
         return self._asking[protocol]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from minions.paths import cache_dir
 
-__all__ = ["TOKEN_MARGIN", "TokenCounter", "count_tokens", "encoding_for_model", "token_counter"]
+__all__ = ["TOKEN_MARGIN", "TokenCounter", "count_tokens", "counts_exactly", "encoding_for_model", "token_counter"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,13 @@ def encoding_for_model(model: str | None) -> str:
     if m.startswith(("gpt-4-", "gpt-3.5")) or m == "gpt-4":
         return "cl100k_base"
     return "o200k_base"
+
+
+def counts_exactly(model: str | None) -> bool:
+    """Whether ``count_tokens`` counts ``model``'s tokens as the model does: OpenAI's models, whose tokenizer tiktoken
+    is. Another model's own tokenizer may count up to ``TOKEN_MARGIN`` times more."""
+    m = (model or "").lower().split("@")[0].split("/")[-1]
+    return m.startswith(("gpt-", "chatgpt", "o1", "o3", "o4"))
 
 
 def _install_bpe_file(name: str) -> None:

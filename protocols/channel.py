@@ -2,9 +2,10 @@
 
 - redacts the outgoing text (when asked to),
 - records it in the egress log unless the backend runs in this process (``remote_leaves_device``),
-- refuses to send what the budget cannot pay for (``BudgetExceededError``, nothing sent): the prompt, counted here,
-  and the longest reply the request allows, at the model's price (a request's reply limit is lowered to what the
-  budget has left, down to ``MIN_REPLY_TOKENS``),
+- refuses to send what the budget cannot pay for (``BudgetExceededError``, nothing sent): the prompt, counted here
+  (raised by ``TOKEN_MARGIN`` for a model whose own tokenizer is not OpenAI's), and the longest reply the request
+  allows, at the model's price (a request's reply limit is lowered to what the budget has left, down to
+  ``MIN_REPLY_TOKENS``),
 - meters usage and cost under the role ``remote``,
 - validates a JSON reply against a pydantic model and sends a failing one back with the error, a bounded
   number of times (then ``ModelOutputError``).
@@ -22,6 +23,7 @@ the step ``local``, and its usage is priced.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,7 +45,7 @@ from minions.backends.base import (
 from minions.cost import Price, PriceTable
 from minions.errors import BackendError, BudgetExceededError, ModelOutputError
 from minions.events import CancelToken
-from minions.tokens import count_tokens
+from minions.tokens import TOKEN_MARGIN, count_tokens, counts_exactly
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Usage, as_messages
 
 from .options import Budget
@@ -169,6 +171,8 @@ class RemoteChannel:
             return params
         spent = self.meter["remote"]
         prompt = prompt_tokens(messages, self.backend.name)
+        if not counts_exactly(self.backend.name):  # its own tokenizer may count more: the budget holds all the same
+            prompt = math.ceil(prompt * TOKEN_MARGIN)
         reply = self.budget.reply_tokens(spent, prompt, self.price)
         if reply is None or reply >= params.max_tokens:
             return params

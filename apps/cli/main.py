@@ -25,8 +25,8 @@ from minions.errors import MinionsError
 from minions.events import SETUP_LOG
 
 from .bench import add_bench_parser
+from .models import add_budget_options, budget_options, cmd_models, cmd_models_pull
 from .models import add_model_options as _add_model_options
-from .models import cmd_models, cmd_models_pull
 from .models import resolve_models as _resolve_models
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from minions.apps.asking import check_protocol
     from minions.documents import load_documents
     from minions.paths import cache_dir, writable_dir
-    from minions.protocols import Budget, default_protocol, get_protocol
+    from minions.protocols import default_protocol, get_protocol
 
     writable_dir(cache_dir(), "set MINIONS_CACHE_DIR to a folder you can write")
     if not args.inputs and args.library and not Path(args.library).expanduser().exists():
@@ -64,9 +64,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     local, remote = _resolve_models(args)
     name = args.protocol or default_protocol(remote is not None)
     check_protocol(name, remote, "pass --remote provider/model or set MINIONS_REMOTE, or use --protocol local")
-    options: dict[str, Any] = {}
-    if args.budget_tokens is not None or args.budget_usd is not None:
-        options["budget"] = Budget(max_remote_tokens=args.budget_tokens, max_remote_usd=args.budget_usd)
+    options: dict[str, Any] = budget_options(args)
     if args.redact:
         options["redact"] = True
     if args.chunk_size is not None:
@@ -145,8 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(ask)
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
     ask.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
-    ask.add_argument("--budget-tokens", type=int, help="stop after this many remote tokens")
-    ask.add_argument("--budget-usd", type=float, help="stop after this many remote dollars")
+    add_budget_options(ask)
     ask.add_argument("--redact", action="store_true", help="redact names, emails, phones and ids before egress")
     ask.add_argument("--chunk-size", type=int, help="chunk size (characters, tokens or pages, per --chunk-by)")
     ask.add_argument("--chunk-by", choices=("chars", "tokens", "pages", "sections"))

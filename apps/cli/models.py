@@ -1,5 +1,5 @@
 """``minions models`` (what is configured, available and pulled; ``pull``), and the model options every command
-that runs a model takes (``--local``, ``--remote``)."""
+that runs a model takes (``--local``, ``--remote``), and the budget of those that ask it questions."""
 
 from __future__ import annotations
 
@@ -7,12 +7,27 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["add_model_options", "cmd_models", "cmd_models_pull", "resolve_models"]
+__all__ = ["add_budget_options", "add_model_options", "budget_options", "cmd_models", "cmd_models_pull",
+           "resolve_models"]  # fmt: skip
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local", help="local model, provider/model (default: $MINIONS_LOCAL or llamacpp/default)")
     p.add_argument("--remote", help="remote model, provider/model (default: $MINIONS_REMOTE; none: local answers)")
+
+
+def add_budget_options(p: argparse.ArgumentParser, per: str = "") -> None:
+    p.add_argument("--budget-tokens", type=int, help=f"stop after this many remote tokens{per}")
+    p.add_argument("--budget-usd", type=float, help=f"stop after this many remote dollars{per}")
+
+
+def budget_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options of ``--budget-tokens``/``--budget-usd``: a ``Budget``, or nothing where neither is given."""
+    if args.budget_tokens is None and args.budget_usd is None:
+        return {}
+    from minions.protocols import Budget
+
+    return {"budget": Budget(max_remote_tokens=args.budget_tokens, max_remote_usd=args.budget_usd)}
 
 
 def resolve_models(args: argparse.Namespace) -> tuple[Any, Any]:

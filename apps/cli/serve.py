@@ -32,6 +32,7 @@ from ..config import (
     TOKEN_ENV,
     AppConfig,
 )
+from .models import add_budget_options
 
 __all__ = ["add_app_parsers", "cmd_app", "cmd_mcp", "cmd_serve"]
 
@@ -61,6 +62,7 @@ def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPars
     mcp.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
     _add_server_options(mcp, MCP_PORT, data=False)
     add_model_options(mcp)
+    add_budget_options(mcp, " per question")
     mcp.set_defaults(func=cmd_mcp)
 
     add_index_parsers(sub, add_model_options)
@@ -133,7 +135,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from ..mcp_server import LibraryServer
     from .library import add_line, open_library
-    from .models import resolve_models
+    from .models import budget_options, resolve_models
 
     local, remote = resolve_models(args)
     allow = [Path(f).expanduser() for f in args.allow]
@@ -145,7 +147,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         config = AppConfig.from_env(host=args.host, port=args.port, token=args.token, ui=False,
                                     max_request_bytes=max(1, int(args.max_request_mb * 1024 * 1024)))  # fmt: skip
     server = LibraryServer(
-        open_library(args), local=local, remote=remote, allow=allow, watch=args.watch,
+        open_library(args), local=local, remote=remote, allow=allow, watch=args.watch, options=budget_options(args),
         on_progress=lambda p: print(add_line(p), file=sys.stderr, flush=True),
     )  # fmt: skip
     try:

@@ -258,22 +258,28 @@ def test_a_watched_folder_is_kept_in_sync_while_it_serves(library: Path, tmp_pat
         server.stop()
 
 
+BUDGET = "2000"
+"""Remote tokens per question in the egress test: the first request's prompt and a short reply, not a retry."""
+
+
 def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(library: Path, openai_server: str) -> None:
     """The remote model is llama.cpp's server on loopback: what the ``rag`` protocol sends it is recorded, and
-    the same question asked by ``minions ask --library`` and by the MCP tool records the same messages.
+    the same question asked by ``minions ask --library`` and by the MCP tool, each with the same budget per
+    question, records the same messages.
 
-    A stand-in remote of 135M parameters may write no reply that validates (it asks again, then fails): the run
-    then fails alike both ways, and the MCP tool still says what left the device, as the CLI's JSON does."""
+    A stand-in remote of 135M parameters may write no reply that validates; asking again would overrun the budget,
+    so the run stops there (one request), alike both ways, and the MCP tool still says what left the device, as
+    the CLI's JSON does."""
     remote = f"openai-compatible/smollm2@{openai_server}"
     question = DEMO_QUESTION
     cli = subprocess.run(
         [sys.executable, "-m", "minions", "ask", question, "--library", str(library), "--protocol", "rag",
-         "--remote", remote, "--json"],
+         "--remote", remote, "--budget-tokens", BUDGET, "--json"],
         env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     by_cli = json.loads(cli.stdout)
     assert cli.returncode == (2 if by_cli["error"] else 0), cli.stderr[-2000:]
-    command = ["-m", "minions", "mcp", "--library", str(library), "--remote", remote]
+    command = ["-m", "minions", "mcp", "--library", str(library), "--remote", remote, "--budget-tokens", BUDGET]
     server = StdioServerParameters(command=sys.executable, args=command, env=environment(), cwd=str(ROOT))
 
     async def session() -> dict[str, Any]:
@@ -285,3 +291,5 @@ def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(libr
     assert by_cli["egress"] and by_mcp["egress"] == by_cli["egress"]
     assert any(question in record["text"] for record in by_mcp["egress"])
     assert by_cli["error"] is None or any(by_cli["error"] in note for note in by_mcp["notes"])
+    spent = by_mcp["usage"]["remote"]
+    assert spent["calls"] >= 1 and spent["prompt_tokens"] + spent["completion_tokens"] <= int(BUDGET)

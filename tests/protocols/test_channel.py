@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -25,7 +26,7 @@ from minions.cost import Price, PriceTable
 from minions.documents import Document
 from minions.protocols import Budget, Minions, RemoteOnly
 from minions.protocols.channel import MIN_REPLY_TOKENS, prompt_tokens
-from minions.tokens import count_tokens
+from minions.tokens import TOKEN_MARGIN, count_tokens
 from minions.types import Usage
 from tests.loopback import LoopbackServer, send_json, serving
 
@@ -184,6 +185,18 @@ def test_the_budget_pays_for_the_longest_reply_a_request_allows(local, doc, remo
     assert len(remote.history) == 1 and 99 <= remote.history[0].params.max_tokens <= 100
     assert not result.complete and "budget" in result.notes[0] and result.answer == "$4.2 billion"
     assert [r.step for r in result.egress] == ["plan:user"]
+
+
+def test_a_model_with_a_tokenizer_of_its_own_is_budgeted_for_the_most_it_may_count(local, doc):
+    """Our count is OpenAI's tokenizer; another model's may count up to TOKEN_MARGIN times more, and the budget
+    holds all the same: its reply limit is what is left after the prompt counted that much larger."""
+    prompt = math.ceil(plan_prompt(local, doc) * TOKEN_MARGIN)
+    remote = ScriptedBackend(
+        "scripted/llama-3.1-70b", (plan(), final()), capabilities=Capabilities(json_schema=True, local=False)
+    )
+    result = Minions(local, remote, budget=Budget(max_remote_tokens=prompt + 100)).run(QUESTION, [doc])
+    assert len(remote.history) == 1 and 99 <= remote.history[0].params.max_tokens <= 100
+    assert not result.complete and "budget" in result.notes[0]
 
 
 def test_a_budget_that_leaves_less_than_the_shortest_reply_sends_nothing(local, doc, remote):
