@@ -61,6 +61,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         )
     if not question.strip():
         raise MinionsError("The question is empty: write what you want to know about the documents.")
+    # the documents first: a wrong path is said before a model is loaded (or converted, on first use)
+    documents = load_documents(paths) if args.library is None else []
     local, remote = _resolve_models(args)
     name = args.protocol or default_protocol(remote is not None)
     check_protocol(name, remote, "pass --remote provider/model or set MINIONS_REMOTE, or use --protocol local")
@@ -82,7 +84,6 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if args.library is not None:
             result = _ask_library(args, question, paths, local, remote, name, options, progress.sink)
         else:
-            documents = load_documents(paths)
             protocol = get_protocol(name, local=local, remote=remote, **options)
             result = protocol.run(question, documents, events=progress.sink)
     if args.json:

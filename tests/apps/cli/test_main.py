@@ -28,9 +28,13 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
         assert fragment in lines[0]
 
 
-def test_missing_file(capsys, tmp_path) -> None:
+def test_missing_file(capsys, tmp_path, monkeypatch) -> None:
+    """Said in one line before any model is touched: with an empty cache, as on a new machine, the embedded model
+    is not converted first."""
+    monkeypatch.setenv("MINIONS_CACHE_DIR", str(tmp_path / "cache"))
     code, _, err = run_cli(capsys, "ask", str(tmp_path / "nope.pdf"), "what?")
     assert_one_line_error(code, err, "nope.pdf")
+    assert not (tmp_path / "cache" / "models").exists()
 
 
 def test_empty_document(capsys, tmp_path) -> None:
