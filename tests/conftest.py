@@ -57,6 +57,18 @@ def words_unless_a_test_embeds() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def default_model_converted() -> None:
+    """The embedded model converted for this CPU once, before any test: on a new machine the first command to load
+    it says so in one line, which would otherwise land in whichever test runs first (the first-run tests give
+    themselves an empty cache to check that line)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return
+    from minions.backends.llamacpp.quantize import default_local_model
+
+    default_local_model()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def no_idle_work() -> Iterator[None]:
     """The llama.cpp thread's idle work (this machine's cost table, measured between jobs: ``worker.when_idle``)
     never starts in the suite, where it would share the cores with the tests that follow; its tests turn it on."""

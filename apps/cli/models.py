@@ -33,9 +33,10 @@ def budget_options(args: argparse.Namespace) -> dict[str, Any]:
 def resolve_models(args: argparse.Namespace) -> tuple[Any, Any]:
     from minions.backends.registry import default_local, default_remote, resolve
 
-    local = resolve(args.local or default_local())
+    # the remote first: a wrong spec is said before the local model loads (or is converted, on first use)
     remote_spec = args.remote or default_remote()
-    return local, resolve(remote_spec) if remote_spec else None
+    remote = resolve(remote_spec) if remote_spec else None
+    return resolve(args.local or default_local()), remote
 
 
 def cmd_models(args: argparse.Namespace) -> int:
