@@ -101,12 +101,12 @@ def _evidence(record: dict[str, Any]) -> tuple[GoldEvidence, ...]:
     return tuple(places)
 
 
-def _root(path: str | Path) -> Path:
-    """The checkout root, from the root itself or from its questions file."""
+def _root(path: str | Path, *, questions: bool = True) -> Path:
+    """The checkout root, from the root itself or from its questions file (which it must hold if ``questions``)."""
     p = Path(path).expanduser()
     if p.is_file() and p.name == QUESTIONS.name:
         p = p.parent.parent
-    if not (p / QUESTIONS).is_file() or not (p / PDFS).is_dir():
+    if (questions and not (p / QUESTIONS).is_file()) or not (p / PDFS).is_dir():
         raise DatasetLayoutError(
             f"{p} does not have the FinanceBench layout: expected {QUESTIONS} and a {PDFS}/ folder of filings "
             "in it (a checkout of github.com/patronus-ai/financebench).",
@@ -115,20 +115,27 @@ def _root(path: str | Path) -> Path:
     return p
 
 
-def load_financebench(path: str | Path, *, subset: str = "all") -> Dataset:
-    """FinanceBench items (metric ``numeric``); ``subset``: ``all`` or ``numerical``."""
+def load_financebench(path: str | Path, *, subset: str = "all", questions: str | None = None) -> Dataset:
+    """FinanceBench items (metric ``numeric``); ``subset``: ``all`` or ``numerical``. ``questions``: a file of
+    questions of one's own in FinanceBench's layout, asked instead of the checkout's, over its filings."""
     if subset not in FINANCEBENCH_SUBSETS:
         raise DatasetLayoutError(
             f"Unknown FinanceBench subset {subset!r}: use one of {', '.join(FINANCEBENCH_SUBSETS)}."
         )
-    root = _root(path)
+    root = _root(path, questions=questions is None)
     keep = FINANCEBENCH_SUBSETS[subset]
-    records, _bad = read_jsonl(root / QUESTIONS, "FinanceBench")
+    asked = Path(questions).expanduser() if questions is not None else root / QUESTIONS
+    if not asked.is_file():
+        raise DatasetLayoutError(
+            f"No questions file at {asked}: name a JSONL file in FinanceBench's layout.", path=str(asked)
+        )
+    records, _bad = read_jsonl(asked, "FinanceBench")
+    own = {"questions": str(asked)} if questions is not None else {}
     items: list[EvalItem] = []
     skipped: dict[str, str] = {}
     missing_filings: set[str] = set()
     for number, record in records:
-        require_fields(record, FIELDS, f"{root / QUESTIONS} line {number}", "FinanceBench")
+        require_fields(record, FIELDS, f"{asked} line {number}", "FinanceBench")
         if not keep(record):
             continue
         item_id, doc_name = str(record["financebench_id"]), str(record["doc_name"])
@@ -162,4 +169,4 @@ def load_financebench(path: str | Path, *, subset: str = "all") -> Dataset:
             root / PDFS,
             ", ".join(sorted(missing_filings)),
         )
-    return Dataset("financebench", str(root), tuple(items), skipped, {"subset": subset})
+    return Dataset("financebench", str(root), tuple(items), skipped, {"subset": subset} | own)

@@ -218,6 +218,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         meaning=args.meaning,
         meaning_weights=tuple(args.meaning_weight or EvidenceBenchConfig.meaning_weights),
         embeddings=args.embeddings or EvidenceBenchConfig.embeddings,
+        questions=args.questions,
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -235,6 +236,11 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
         "--dataset", default=d.dataset, help="another benchmark with gold evidence, e.g. bamboo-paperqa (no pages)"
     )
     ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
+    ev.add_argument(
+        "--questions",
+        metavar="FILE",
+        help="questions of your own over the set's documents, instead of its own (evals/bench/written/ holds two)",
+    )
     ev.add_argument("--id", action="append", help="only this question (repeatable)")
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
     ev.add_argument("--no-scores", action="store_true", help="jobs pick a sentence through a schema, not by scores")

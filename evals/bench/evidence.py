@@ -114,6 +114,9 @@ class EvidenceBenchConfig:
     """The embedding model, with ``meaning`` (``backends.embeddings.resolve_embedder``)."""
     meaning_weights: tuple[float, ...] = (MEANING_WEIGHT,)
     """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
+    questions: str | None = None
+    """A file of questions of one's own over the set's documents, asked instead of the set's (FinanceBench's layout
+    for its filings; ``evals.leval`` for L-Eval's; ``evals/bench/written/`` holds two)."""
 
 
 def _page_passages(doc: Document, question: str) -> list[Evidence] | None:
@@ -328,12 +331,13 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
     """One line per question (see the module's docstring), then the summary line."""
     if config.meaning and not config.library:
         raise EvalError("--meaning measures the vectors of a library: add --library (FinanceBench's filings).")
+    own = {"questions": config.questions} if config.questions is not None else {}
     if config.dataset == "financebench":
         root = benchmark_data("financebench", data, expected="a FinanceBench checkout")
-        dataset = load_financebench(root)
+        dataset = load_financebench(root, **own)
     else:
         root = dataset_path(config.dataset, data)
-        dataset = load_dataset(config.dataset, root)
+        dataset = load_dataset(config.dataset, root, **own)
     marked = any(i.evidence for i in dataset.items)
     if not marked and not config.library:
         raise EvalError(

@@ -318,3 +318,54 @@ def test_unknown_option_lists_the_loaders_options() -> None:
 def test_missing_path(tmp_path: Path) -> None:
     with pytest.raises(DatasetLayoutError, match="No such file or directory"):
         load_dataset("qasper", tmp_path / "nope.json")
+
+
+# -- Questions of one's own over a set's documents (evals/bench/written/) ------------------------------------------
+
+WRITTEN = Path(__file__).resolve().parents[2] / "evals" / "bench" / "written"
+
+
+@needs("financebench/pdfs")
+def test_written_finance_questions_are_asked_over_the_checkouts_filings() -> None:
+    """The 30 questions written from ten filings load over the checkout's filings, and each one's evidence text is
+    on the page it names: the set measures what it says it does."""
+    ds = load_dataset("financebench", DATA / "financebench", questions=str(WRITTEN / "financebench.jsonl"))
+    assert len(ds) == 30 and not ds.skipped and ds.options["questions"].endswith("financebench.jsonl")
+    assert {i.metadata["question_type"] for i in ds.items} == {"figure", "fact", "paraphrase"}
+    for item in ds.items:
+        (doc,) = item.documents()
+        (place,) = item.evidence[0]
+        (page,) = [p for p in doc.pages if p.number == place.pages[0]]
+        assert Locator(doc.text[page.start : page.end]).find(place.text) is not None, item.id
+
+
+def test_own_finance_questions_need_no_checkout_questions_file(tmp_path) -> None:
+    (tmp_path / "pdfs").mkdir()
+    with pytest.raises(DatasetLayoutError, match="No questions file at"):
+        load_dataset("financebench", tmp_path, questions=str(tmp_path / "mine.jsonl"))
+    with pytest.raises(DatasetLayoutError, match=r"data/financebench_open_source\.jsonl"):
+        load_dataset("financebench", tmp_path)  # without questions of one's own, the checkout's are needed
+
+
+@needs("leval/scientific_qa.jsonl")
+def test_written_science_questions_place_their_evidence_in_the_papers() -> None:
+    ds = load_dataset("leval-scientific", DATA / "leval", questions=str(WRITTEN / "leval-scientific.jsonl"))
+    assert len(ds) == 20 and len({i.metadata["line"] for i in ds.items}) == 20
+    for item in ds.items:
+        (doc,) = item.documents()
+        (place,) = item.evidence[0]
+        assert doc.name == f"scientific_qa_{item.metadata['line']}.txt" and place.document == doc.name
+        assert doc.text[place.start : place.end] == place.text, item.id
+
+
+def test_own_leval_questions_name_a_document_that_is_there(tmp_path) -> None:
+    task = tmp_path / "scientific_qa.jsonl"
+    task.write_text(json.dumps({"input": "Intro.\nWe train for 3 epochs.", "instructions": [], "outputs": []}) + "\n")
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text(json.dumps({"document": 1, "question": "How long?", "answer": "3", "evidence": ["3 epochs"]}))
+    (item,) = load_dataset("leval-scientific", task, questions=str(mine)).items
+    place, text = item.evidence[0][0], item.documents()[0].text
+    assert (place.start, place.end) == (text.index("3 epochs"), text.index("3 epochs") + 8)
+    mine.write_text(json.dumps({"document": 2, "question": "q", "answer": "a"}))
+    with pytest.raises(DatasetLayoutError, match="no document on line 2"):
+        load_dataset("leval-scientific", task, questions=str(mine))

@@ -89,3 +89,18 @@ def test_a_set_that_marks_no_evidence_is_measured_by_its_documents_in_one_librar
     assert all("filing_words" not in item and set(item["library"]) == {"@1", "@5", "@10", "@20"} for item in items)
     # words find a question's own abstract among 40 for nearly every question (0.97 @10 over all 1,000)
     assert summary["library"]["@10"] >= 0.9 and summary["library"]["@1"] <= summary["library"]["@10"]
+
+
+@needs("leval/scientific_qa.jsonl")
+def test_questions_of_ones_own_are_measured_on_their_own_evidence(tmp_path: Path) -> None:
+    """``--questions``: the 20 science questions written for the library's check, asked of L-Eval's papers in one
+    library instead of L-Eval's own questions (which mark no evidence): each is scored on its own paragraph."""
+    written = Path(__file__).resolve().parents[3] / "evals" / "bench" / "written" / "leval-scientific.jsonl"
+    config = EvidenceBenchConfig(
+        dataset="leval-scientific", questions=str(written), lexical_only=True, library=True, library_dir=str(tmp_path)
+    )
+    *items, summary = evidence_bench(DATA / "leval", config)
+    assert len(items) == 20 and summary["gold"] == "evidence" and summary["routed_first"] >= 10
+    for curve in (summary["rag"], summary["library"]):  # within its paper, and among all 20 papers
+        values = list(curve.values())
+        assert values == sorted(values) and values[-1] >= 0.8  # measured 1.0 and 0.9 @20 by words
