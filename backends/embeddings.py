@@ -259,9 +259,19 @@ class OllamaEmbedder(_Remote):
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
         rows: list[Sequence[float]] = []
+        import httpx
+        import ollama
+
+        from .ollama import answered_error, unreachable
+
         for start in range(0, len(texts), self.batch):
             part = list(texts[start : start + self.batch])
-            reply = self._client.embed(model=self.model, input=part)
+            try:
+                reply = self._client.embed(model=self.model, input=part)
+            except ollama.ResponseError as exc:
+                raise answered_error(exc, self.address or "", self.model, self.name) from exc
+            except (ConnectionError, httpx.TransportError) as exc:
+                raise unreachable(self.address or "", self.name) from exc
             rows += list(reply.embeddings)
             self._account(part, int(getattr(reply, "prompt_eval_count", 0) or 0))
         return normalized(rows) if rows else np.zeros((0, 0), dtype=np.float32)

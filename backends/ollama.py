@@ -55,7 +55,16 @@ from .model_files import size_from_label
 from .settings import count_from_env
 from .wire import first_error, glimpse, logprob_steps
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_NUM_PARALLEL", "NUM_PARALLEL_ENV", "OllamaBackend", "num_parallel", "ollama_host"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_NUM_PARALLEL",
+    "NUM_PARALLEL_ENV",
+    "OllamaBackend",
+    "answered_error",
+    "num_parallel",
+    "ollama_host",
+    "unreachable",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +98,22 @@ _FAILURES = (ollama.ResponseError, ConnectionError, httpx.TransportError)
 # of another shape (pydantic's ValidationError, also a ValueError), or not an object (TypeError from
 # ``cls(**body)``, AttributeError from ``body.get`` in a stream). Only the client's own call is wrapped.
 _NOT_OLLAMA = (ValueError, TypeError, AttributeError)
+
+
+def answered_error(exc: ollama.ResponseError, host: str, model: str, backend: str) -> MinionsError:
+    """Our error for an Ollama server's error reply: a missing model says to pull it."""
+    if exc.status_code == 404:
+        return ModelNotFoundError(f"Ollama at {host} has no model {model!r} ({exc.error}): run `ollama pull {model}`.")
+    message = f"Ollama at {host} answered HTTP {exc.status_code}: {exc.error}"
+    return BackendError(message, backend=backend, raw=exc.error)
+
+
+def unreachable(host: str, backend: str) -> BackendConnectionError:
+    """No Ollama server answers at ``host`` (ollama turns httpx.ConnectError into the builtin ConnectionError;
+    other httpx errors pass through)."""
+    return BackendConnectionError(
+        f"Cannot reach Ollama at {host}: start it with `ollama serve` or set OLLAMA_HOST.", backend=backend
+    )
 
 
 class OllamaBackend(AskingBackend):
@@ -220,15 +245,7 @@ class OllamaBackend(AskingBackend):
     def _translate(self, exc: Exception) -> MinionsError:
         """Our error for what the ``ollama`` client (or httpx under it) raised; it says what to do."""
         if isinstance(exc, ollama.ResponseError):
-            if exc.status_code == 404:
-                return ModelNotFoundError(
-                    f"Ollama at {self.host} has no model {self.model!r} ({exc.error}): run `ollama pull {self.model}`."
-                )
-            return BackendError(
-                f"Ollama at {self.host} answered HTTP {exc.status_code}: {exc.error}",
-                backend=self.name,
-                raw=exc.error,
-            )
+            return answered_error(exc, self.host, self.model, self.name)
         if isinstance(exc, httpx.TimeoutException):
             return BackendTimeoutError(
                 f"Ollama at {self.host} did not answer within {self.timeout}s: "
@@ -237,11 +254,7 @@ class OllamaBackend(AskingBackend):
             )
         if isinstance(exc, _NOT_OLLAMA):
             return self._malformed(exc)
-        # ollama turns httpx.ConnectError into the builtin ConnectionError; other httpx errors pass through.
-        return BackendConnectionError(
-            f"Cannot reach Ollama at {self.host}: start it with `ollama serve` or set OLLAMA_HOST.",
-            backend=self.name,
-        )
+        return unreachable(self.host, self.name)
 
     def _malformed(self, exc: Exception) -> MalformedResponseError:
         """What came back instead of an Ollama reply: its content type and, as far as the error kept it, its start."""

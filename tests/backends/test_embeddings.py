@@ -4,17 +4,29 @@ this machine's own network address: then the texts sent are refused unless allow
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from minions.backends.embeddings import OpenAIEmbedder, SentenceTransformersEmbedder, resolve_embedder
-from minions.errors import ConfigError
+from minions.backends.embeddings import (
+    OllamaEmbedder,
+    OpenAIEmbedder,
+    SentenceTransformersEmbedder,
+    _shipped_model,
+    resolve_embedder,
+)
+from minions.documents import Document
+from minions.errors import BackendConnectionError, ConfigError, ModelNotFoundError
+from minions.protocols.search.library import Library
+from tests.loopback import LoopbackServer, send_json, serving
 
 from ..conftest import run_server
 
@@ -80,3 +92,86 @@ def test_loading_the_model_on_this_device_prints_nothing() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().startswith("(1,"), proc.stderr[-2000:]
     assert "Loading" not in proc.stderr and "%|" not in proc.stderr
+
+
+class OllamaEmbedServer(LoopbackServer):
+    """Ollama's ``/api/embed`` as Ollama answers it (``embeddings``, one per input, and ``prompt_eval_count``),
+    its vectors computed by a real sentence-embedding model (Ollama itself cannot be installed here); it records
+    each request's inputs. ``host`` 0.0.0.0 lets it be reached by this machine's network address."""
+
+    def __init__(self, model: SentenceTransformersEmbedder, host: str = "127.0.0.1") -> None:
+        super().__init__(_OllamaEmbedHandler)
+        if host != "127.0.0.1":
+            self.server_close()
+            ThreadingHTTPServer.__init__(self, (host, 0), _OllamaEmbedHandler)
+        self.model = model
+        self.inputs: list[list[str]] = []
+
+
+class _OllamaEmbedHandler(BaseHTTPRequestHandler):
+    server: OllamaEmbedServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/api/embed" or body.get("model") != "minilm":
+            send_json(self, {"error": f"model '{body.get('model')}' not found"}, 404)
+            return
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        self.server.inputs.append(texts)
+        vectors = self.server.model.embed(texts)
+        tokens = sum(len(t.split()) for t in texts)
+        send_json(self, {"model": "minilm", "embeddings": vectors.tolist(), "prompt_eval_count": tokens})
+
+
+@pytest.fixture(scope="module")
+def shipped() -> SentenceTransformersEmbedder:
+    model = resolve_embedder("sentence-transformers/" + str(_shipped_model()))
+    assert isinstance(model, SentenceTransformersEmbedder)
+    return model
+
+
+@pytest.mark.slow
+def test_a_library_embeds_through_ollama_and_finds_what_words_miss(shipped: SentenceTransformersEmbedder) -> None:
+    """A library whose vectors come from an Ollama server, through the ``ollama`` SDK over HTTP: every chunk and
+    the question are sent as Ollama takes them, and the passage that shares no word with the question is found."""
+    with serving(OllamaEmbedServer(shipped)) as server:
+        library = Library(None, embeddings=f"ollama/minilm@{server.url}")
+        assert isinstance(library.embedder, OllamaEmbedder) and not library.embedder.leaves_device
+        notes = [
+            Document.from_text("The bank raised its interest rates twice this year.", name="bank.txt"),
+            Document.from_text("A red car was parked outside the office every morning.", name="car.txt"),
+            Document.from_text("The committee approved the budget for the next year.", name="budget.txt"),
+        ]
+        report = library.add(*notes)
+        assert report.embedded == 3 and sum(len(i) for i in server.inputs) == 3
+        found = library.search("Which automobile stood in front of the workplace?")
+        assert found.ranking.ranked[0].chunk.document == "car.txt"
+        assert found.ranking.about["meaning"] == "ollama/minilm"
+        assert server.inputs[-1] == ["Which automobile stood in front of the workplace?"]  # the question, alone
+        assert library.embedder.sent.requests == 0  # on loopback: nothing left the device
+        with pytest.raises(ModelNotFoundError, match="ollama pull other"):
+            OllamaEmbedder("other", server.url).embed(["x"])
+    with pytest.raises(BackendConnectionError, match="Cannot reach Ollama"):
+        OllamaEmbedder("minilm", server.url).embed(["x"])  # the server is gone
+
+
+@pytest.mark.slow
+def test_an_ollama_server_on_another_machine_is_refused_unless_allowed_then_counted(
+    shipped: SentenceTransformersEmbedder,
+) -> None:
+    address = _own_address()
+    if address is None:
+        pytest.skip("this machine has no network address but loopback")
+    with serving(OllamaEmbedServer(shipped, host="0.0.0.0")) as server:
+        there = f"http://{address}:{server.server_address[1]}"
+        with pytest.raises(ConfigError, match="not on this device"):
+            Library(None, embeddings=f"ollama/minilm@{there}")
+        away = OllamaEmbedder("minilm", there, allow_egress=True)
+        texts = ["Total revenue was $31.8 million.", "The auditor is KPMG."]
+        assert np.allclose(away.embed(texts), shipped.embed(texts), atol=1e-3)
+        sent = away.sent
+        assert (sent.requests, sent.texts, sent.bytes) == (1, 2, sum(len(t.encode()) for t in texts))
+        assert sent.tokens == 9 and sent.host == there.split("//")[1]
