@@ -135,6 +135,7 @@ class ChunkIndex(Protocol):
     ) -> list[Ranked]: ...
     def chunk_count(self, documents: Sequence[str] | None = None) -> int: ...
     def document_frequency(self, terms: Sequence[str]) -> dict[str, int]: ...
+    def phrase_documents(self, phrases: Sequence[str], *, before: int | None = None) -> dict[str, list[str]]: ...
     def disk_bytes(self) -> int: ...
     def outdated(self) -> list[Outdated]: ...
     def forget_outdated(self, names: Sequence[str] | None = None) -> None: ...
@@ -305,6 +306,23 @@ class SqliteIndex:
         with self._lock:
             rows = self._db.execute(f"SELECT term, doc FROM doc_vocab WHERE term IN ({marks})", wanted).fetchall()
         return {term: int(n) for term, n in rows}
+
+    def phrase_documents(self, phrases: Sequence[str], *, before: int | None = None) -> dict[str, list[str]]:
+        """The documents that hold each of ``phrases`` (our terms, space-separated: "best buy") side by side in
+        one chunk (``before``: in a chunk that starts in their first ``before`` characters, their cover); phrases
+        in none are left out."""
+        sql = (
+            "SELECT DISTINCT d.name FROM chunk_terms JOIN chunks c ON c.id = chunk_terms.rowid "
+            "JOIN documents d ON d.id = c.doc WHERE chunk_terms MATCH ? AND c.start < ? ORDER BY d.name"
+        )
+        out = {}
+        with self._lock:
+            for phrase in dict.fromkeys(phrases):
+                quoted = " + ".join(f'"{t}"' for t in phrase.split())
+                rows = self._db.execute(sql, (f"terms : ({quoted})", before if before is not None else 2**62))
+                if names := [n for (n,) in rows]:
+                    out[phrase] = names
+        return out
 
     def disk_bytes(self) -> int:
         if self.path == ":memory:":

@@ -42,7 +42,7 @@ from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
 from .ranking import Ranked, Ranking, spread_pages
-from .routing import Route, profile, route
+from .routing import COVER_CHARS, Route, name_pairs, profile, route
 from .warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = [
@@ -149,7 +149,11 @@ def search_library(
     started = time.perf_counter()
     records = [d for d in index.documents() if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
-    found = route(question, profiles, index.document_frequency(tokenize(question)))
+    frequency = index.document_frequency(tokenize(question))
+    if pairs := index.phrase_documents(name_pairs(question, profiles)):
+        frequency |= {pair: len(docs) for pair, docs in pairs.items()}
+        pairs = index.phrase_documents(list(pairs), before=COVER_CHARS)
+    found = route(question, profiles, frequency, pairs=pairs)
     routed = time.perf_counter()
     everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}

@@ -11,11 +11,15 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
 ``route`` scores each document for a question:
 
     name     the question's words found on the cover, each weighted by how few of the library's documents hold
-             it anywhere (IDF): "3M" or "PepsiCo" name their filings, "sales" or "capital", in every filing, none
+             it anywhere (IDF): "3M" or "PepsiCo" name their filings, "sales" or "capital", in every filing, none;
+             and two words of a name the question writes with capitals, side by side on the cover ("Best Buy":
+             "best" and "buy" are in most filings, the two together in Best Buy's), weighted by how few documents
+             hold them side by side, less what the words say alone (``name_pairs``)
     year     the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2 2023, else
              its latest year) against the document's: the same year best, the year after next best (a later
              report covers it too), the year before a little, any other nothing
-    form     the form the question names (10-K, 10-Q, 8-K, quarter, earnings) against the document's
+    form     the form the question names (10-K, 10-Q, 8-K, earnings; a quarter it names: a 10-Q or an earnings
+             release) against the document's
 
 and keeps the documents whose name score is near the best (``NAME_SHARE``) or that hold the best one's rarest
 naming word, best ``MAX_ROUTED`` by name, year and form together (and size: ``SIZE_WEIGHT``). A question whose
@@ -27,15 +31,16 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from minions.documents import Document
 
 from .bm25 import tokenize
 
-__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "period_year", "profile", "question_years", "route"]
+__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "name_pairs", "period_year", "profile", "question_years", "route"]
 
 COVER_CHARS = 3000
 """How much of a document's opening text its profile reads (a filing's cover page fits)."""
@@ -66,6 +71,12 @@ _ANY_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
 _Q_YEARS = re.compile(
     r"\b(?:fy|cy|fiscal(?: year)?|q[1-4]|[1-4]q|h[12]|[12]h)\s*'?((?:19|20)?\d\d)\b|\b((?:19|20)\d\d)\b", re.I
 )
+_QUARTER = re.compile(
+    r"\b(?:q[1-4]|[1-4]q|(?:first|second|third|fourth|1st|2nd|3rd|4th) quarter|three months)\b", re.IGNORECASE
+)
+_QUARTER_FORMS = frozenset({"10-Q", "earnings"})
+_CAPITALISED = re.compile(r"\b[A-Z][\w&'.-]*(?:\s+(?:&\s+)?[A-Z][\w&'.-]*)+")
+"""Words side by side that each begin with a capital: how a question writes a name ("Best Buy's", "General Mills")."""
 _Q_FORMS = (
     (re.compile(r"\b10-?k\b|\bannual report\b", re.I), "10-K"),
     (re.compile(r"\b10-?q\b|\bquarterly report\b", re.I), "10-Q"),
@@ -116,8 +127,12 @@ def period_year(question: str) -> int | None:
     return max(marked or [y for y, _ in years], default=None)
 
 
-def _question_form(question: str) -> str | None:
-    return next((form for pattern, form in _Q_FORMS if pattern.search(question)), None)
+def _question_forms(question: str) -> frozenset[str]:
+    """The forms ``question`` names (a 10-Q, an earnings release), or those that report the quarter it names."""
+    named = next((form for pattern, form in _Q_FORMS if pattern.search(question)), None)
+    if named is not None:
+        return frozenset({named})
+    return _QUARTER_FORMS if _QUARTER.search(question) else frozenset()
 
 
 @dataclass(frozen=True)
@@ -137,60 +152,92 @@ class Route:
         return {"documents": self.documents, "why": self.why, "of": self.considered, "routed": self.routed}
 
 
+def name_pairs(question: str, profiles: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Two words side by side in a name that ``question`` writes with capitals ("Best Buy's"), as our terms ("best
+    buy"), both on one document's cover: the library looks up which documents hold each pair side by side, for
+    ``route``'s ``pairs``. Each word alone may be in most documents ("best", "buy") where the two together are in
+    one company's."""
+    covers = [set(p.get("terms", ())) for p in profiles.values()]
+    out = []
+    for name in _CAPITALISED.findall(question):
+        words = [t for t in tokenize(name) if len(t) > 1]
+        for a, b in pairwise(words):
+            if any(a in c and b in c for c in covers):
+                out.append(f"{a} {b}")
+    return list(dict.fromkeys(out))
+
+
+def _frequencies(covers: Sequence[set[str]], document_frequency: Mapping[str, int] | None) -> Counter[str]:
+    """In how many documents each term is: on the covers, or anywhere where ``document_frequency`` says more."""
+    df = Counter(t for terms in covers for t in terms)
+    for t, f in (document_frequency or {}).items():
+        df[t] = max(df[t], f)
+    return df
+
+
 def route(
     question: str,
     profiles: Mapping[str, Mapping[str, Any]],
     document_frequency: Mapping[str, int] | None = None,
     *,
+    pairs: Mapping[str, Collection[str]] | None = None,
     limit: int = MAX_ROUTED,
 ) -> Route:
     """The documents of ``profiles`` (name -> ``profile``) that ``question`` is about (see the module doc).
     ``document_frequency``: in how many documents each term of the question occurs anywhere (default: on how many
-    covers); a word found in every document's text ("sales", "capital") names none of them."""
+    covers); a word found in every document's text ("sales", "capital") names none of them. ``pairs``: the
+    documents whose covers hold each of ``name_pairs`` side by side; a pair names them as a word would, weighted by
+    how few documents hold it anywhere (its count in ``document_frequency``)."""
     names = list(profiles)
     if len(names) <= limit:
         return Route(names, {}, len(names), False)
     covers = {n: set(profiles[n].get("terms", ())) for n in names}
-    df = Counter(t for terms in covers.values() for t in terms)
-    if document_frequency is not None:
-        for t, f in document_frequency.items():
-            df[t] = max(df[t], f)
+    df = _frequencies(list(covers.values()), document_frequency)
     n_docs = len(names)
     q_terms = set(tokenize(question))
+    holders = {pair: set(docs) for pair, docs in (pairs or {}).items() if docs}
+    for pair, docs in holders.items():
+        df[pair] = max(df[pair], len(docs))
+    weight = {t: math.log(n_docs / df[t]) for t in q_terms if 0 < df[t] <= NAMING_SHARE * n_docs}
+    for pair in holders:  # what the pair says beyond its words (a name's words may name something alone)
+        weight[pair] = max(0.0, math.log(n_docs / df[pair]) - sum(weight.get(t, 0.0) for t in pair.split()))
     name_score, matched = {}, {}
     for n in names:
-        hits = sorted(t for t in q_terms & covers[n] if df[t] <= NAMING_SHARE * n_docs)
-        matched[n] = hits
-        name_score[n] = sum(math.log(n_docs / df[t]) for t in hits)
+        hits = [t for t in q_terms & covers[n] if t in weight] + [p for p, docs in holders.items() if n in docs]
+        matched[n] = sorted(t for t in hits if weight[t] > 0)
+        name_score[n] = sum(weight[t] for t in matched[n])
     top = max(names, key=lambda n: name_score[n])
     best = name_score[top]
     if best <= 0:
         return Route(names, {}, n_docs, False)
     # the best document's rarest word names the others that hold it too, however their covers spell the rest
-    # (a cover whose text came out as "MGM R ESORTS I NTERNATIONAL" still says MGM)
-    rarest = min(matched[top], key=lambda t: (df[t], t))
-    form, latest = _question_form(question), period_year(question)
+    # (a cover whose text came out as "MGM R ESORTS I NTERNATIONAL" still says MGM, not "MGM Resorts")
+    rarest = min(matched[top], key=lambda t: (" " in t, df[t], t))
+    forms, latest = _question_forms(question), period_year(question)
     most_chunks = max(1, *(int(p.get("chunks", 0)) for p in profiles.values()))
 
     def score(n: str) -> tuple[float, float]:
         p = profiles[n]
         year = YEAR_WEIGHT.get(p["year"] - latest, 0.0) if latest is not None and p.get("year") else 0.0
-        same_form = FORM_WEIGHT if form is not None and p.get("form") == form else 0.0
+        same_form = FORM_WEIGHT if p.get("form") in forms else 0.0
         size = SIZE_WEIGHT * math.log1p(p.get("chunks", 0)) / math.log1p(most_chunks)
         return name_score[n] / best + year + same_form + size, name_score[n]
 
     candidates = [n for n in names if name_score[n] >= NAME_SHARE * best or rarest in matched[n]]
+    if latest is None:  # a question that names no period asks about the latest period its reports cover
+        periodic = [profiles[n] for n in candidates if profiles[n].get("form")]
+        latest = max((int(p["year"]) for p in periodic if p.get("year")), default=None)
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
-    why = {n: _why(matched[n], profiles[n], latest, form) for n in chosen}
+    why = {n: _why(matched[n], profiles[n], latest, forms) for n in chosen}
     return Route(chosen, why, n_docs, True)
 
 
-def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, form: str | None) -> str:
+def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str]) -> str:
     parts = [f"cover names {', '.join(words[:5])}"]
     if latest is not None and p.get("year") == latest:
         parts.append(f"period {latest}")
     elif p.get("year"):
         parts.append(f"period {p['year']}")
-    if form is not None and p.get("form") == form:
-        parts.append(f"form {form}")
+    if p.get("form") in forms:
+        parts.append(f"form {p['form']}")
     return "; ".join(parts)

@@ -16,7 +16,7 @@ from minions.errors import ConfigError
 from minions.protocols.search.index import SqliteIndex
 from minions.protocols.search.library import INDEX_FILE, Library, _route_doubted, search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
-from minions.protocols.search.routing import Route, period_year, profile, question_years, route
+from minions.protocols.search.routing import COVER_CHARS, Route, period_year, profile, question_years, route
 
 from ..helpers import quote_reply
 
@@ -58,6 +58,16 @@ DOCS = {
 
 def doc(name: str) -> Document:
     return Document.from_text(DOCS[name], name=name)
+
+
+def index_of(texts: dict[str, str]) -> SqliteIndex:
+    """A new index of ``texts`` (name -> text), profiled as the library profiles them."""
+    index = SqliteIndex()
+    for name, text in texts.items():
+        d = Document.from_text(text, name=name)
+        chunks = chunk_documents([d], size=400)
+        index.add(d, chunks, key=name, sha256=name, size=1, profile=profile(d, len(chunks)))
+    return index
 
 
 def filled(index: SqliteIndex, *names: str, size: int = 400) -> SqliteIndex:
@@ -282,7 +292,6 @@ def test_the_index_cli_adds_folders_and_reports_each_file(tmp_path: Path, capsys
 def test_a_cover_whose_name_came_out_broken_is_still_found_by_its_rarest_word() -> None:
     """PDF text can split a name ("MGM R ESORTS I NTERNATIONAL"): the document that holds the question's rarest
     naming word stays a candidate, and its year then puts it first."""
-    index = SqliteIndex()
     texts = {
         "mgm-2018.txt": cover("MGM R ESORTS I NTERNATIONAL", "10-K", "December 31, 2018", FILLER * 30),
         "mgm-2020.txt": cover("MGM RESORTS INTERNATIONAL", "10-K", "December 31, 2020", FILLER * 30),
@@ -291,12 +300,47 @@ def test_a_cover_whose_name_came_out_broken_is_still_found_by_its_rarest_word() 
         "acme.txt": cover("ACME RESORTS INTERNATIONAL", "10-K", "December 31, 2018", FILLER * 30),
         "zenith-2018.txt": ZENITH_2018,
     }
-    for name, text in texts.items():
-        d = Document.from_text(text, name=name)
-        chunks = chunk_documents([d], size=400)
-        index.add(d, chunks, key=name, sha256=name, size=1, profile=profile(d, len(chunks)))
+    index = index_of(texts)
     found = search_library(index, "What were MGM Resorts International's accounts payable at the end of FY2018?")
     assert found.route.documents[0] == "mgm-2018.txt"
+
+
+def test_two_common_words_side_by_side_name_the_company_they_name_together() -> None:
+    """ "Best Buy": "best" and "buy" are in every document and name none (or hardly); side by side on a cover they
+    name Best Buy's filings, as a rare word would; merely both present, or the other way round, they do not. A
+    question that names a quarter then prefers the quarter's report, one that names no period the latest."""
+    prose = "We buy the best materials and sell the best products that customers buy. "
+    covers = [
+        ("bestbuy-2019", "BEST BUY CO., INC.", "10-K", "February 2, 2019"),
+        ("bestbuy-2023", "BEST BUY CO., INC.", "10-K", "January 28, 2023"),
+        ("bestbuy-q2", "BEST BUY CO., INC.", "10-Q", "July 29, 2023"),
+        ("goodfood-2023", "GOOD FOOD CORPORATION", "10-K", "December 31, 2023"),
+        ("acme-2023", "ACME WIDGETS INC.", "10-K", "December 31, 2023"),
+        ("zenith-2023", "ZENITH BUY BEST TRUST", "10-K", "December 31, 2023"),
+    ]
+    texts = {f"{name}.txt": cover(company, form, ended, prose * 20) for name, company, form, ended in covers} | {
+        "retail-2023.txt": cover("RETAIL TRUST", "10-K", "December 31, 2023", FILLER * 40 + "Best Buy is a tenant."),
+    }
+    index = index_of(texts)
+    found = search_library(index, "Are Best Buy's gross margins consistent from year to year?")
+    assert found.route.routed and found.route.documents == ["bestbuy-2023.txt", "bestbuy-q2.txt", "bestbuy-2019.txt"]
+    assert "best buy" in found.route.why["bestbuy-2023.txt"]
+    quarter = search_library(index, "What were Best Buy's gross margins in Q2 of FY2024?").route
+    assert (
+        quarter.documents[:2] == ["bestbuy-q2.txt", "bestbuy-2023.txt"] and "form 10-Q" in quarter.why["bestbuy-q2.txt"]
+    )
+    older = search_library(index, "What were Best Buy's gross margins in fiscal 2019?").route
+    assert older.documents[0] == "bestbuy-2019.txt"
+    profiles = {d.name: d.profile for d in index.documents()}
+    words = route("Are Best Buy's gross margins?", profiles, index.document_frequency(["best", "buy"]))
+    assert not words.routed  # the words alone name none
+    # terms side by side as the index keeps them ("buy the best" is "buy best"); a phrase in none is left out
+    assert index.phrase_documents(["best buy", "buy best", "gross zzz"]) == {
+        "best buy": ["bestbuy-2019.txt", "bestbuy-2023.txt", "bestbuy-q2.txt", "retail-2023.txt"],
+        "buy best": sorted(set(texts) - {"retail-2023.txt"}),
+    }
+    on_covers = index.phrase_documents(["best buy"], before=COVER_CHARS)  # the tenant is deep in the text
+    assert on_covers == {"best buy": ["bestbuy-2019.txt", "bestbuy-2023.txt", "bestbuy-q2.txt"]}
 
 
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
