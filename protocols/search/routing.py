@@ -50,6 +50,8 @@ NAME_SHARE = 0.6
 """A document is a candidate when its name score is at least this share of the best one's."""
 NAMING_SHARE = 0.8
 """A word of the question names documents only if at most this share of the library's documents hold it."""
+NAME_WORDS = 5
+"""The most words a name written with capitals has ("Jones Lang LaSalle Incorporated"); a longer run is a heading."""
 YEAR_WEIGHT = {0: 1.0, 1: 0.4, -1: 0.2}
 """Year score by (document's year - the question's latest year)."""
 FORM_WEIGHT = 0.3
@@ -161,6 +163,8 @@ def name_pairs(question: str, profiles: Mapping[str, Mapping[str, Any]]) -> list
     out = []
     for name in _CAPITALISED.findall(question):
         words = [t for t in tokenize(name) if len(t) > 1]
+        if len(name.split()) > NAME_WORDS:  # a heading, or a question in capitals throughout: no name
+            continue
         for a, b in pairwise(words):
             if any(a in c and b in c for c in covers):
                 out.append(f"{a} {b}")

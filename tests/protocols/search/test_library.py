@@ -16,7 +16,7 @@ from minions.errors import ConfigError
 from minions.protocols.search.index import SqliteIndex
 from minions.protocols.search.library import INDEX_FILE, Library, _route_doubted, search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
-from minions.protocols.search.routing import COVER_CHARS, Route, period_year, profile, question_years, route
+from minions.protocols.search.routing import COVER_CHARS, Route, name_pairs, period_year, profile, question_years, route
 
 from ..helpers import quote_reply
 
@@ -332,6 +332,8 @@ def test_two_common_words_side_by_side_name_the_company_they_name_together() -> 
     older = search_library(index, "What were Best Buy's gross margins in fiscal 2019?").route
     assert older.documents[0] == "bestbuy-2019.txt"
     profiles = {d.name: d.profile for d in index.documents()}
+    heading = "What Were Best Buy's Gross Margins In Each Year"  # in capitals throughout: no name in particular
+    assert name_pairs(heading, profiles) == [] and name_pairs("What were Best Buy's margins?", profiles) == ["best buy"]
     words = route("Are Best Buy's gross margins?", profiles, index.document_frequency(["best", "buy"]))
     assert not words.routed  # the words alone name none
     # terms side by side as the index keeps them ("buy the best" is "buy best"); a phrase in none is left out
