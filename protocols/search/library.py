@@ -42,7 +42,7 @@ from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
 from .ranking import Ranked, Ranking, spread_pages
-from .routing import COVER_CHARS, Route, name_pairs, profile, route
+from .routing import COVER_CHARS, Route, name_pairs, profile, question_dates, route
 from .warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = [
@@ -153,7 +153,8 @@ def search_library(
     if pairs := index.phrase_documents(name_pairs(question, profiles)):
         frequency |= {pair: len(docs) for pair, docs in pairs.items()}
         pairs = index.phrase_documents(list(pairs), before=COVER_CHARS)
-    found = route(question, profiles, frequency, pairs=pairs)
+    dates = index.phrase_documents(question_dates(question), before=COVER_CHARS)
+    found = route(question, profiles, frequency, pairs=pairs, dates=dates)
     routed = time.perf_counter()
     everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}

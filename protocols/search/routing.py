@@ -17,7 +17,8 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
              hold them side by side, less what the words say alone (``name_pairs``)
     year     the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2 2023, else
              its latest year) against the document's: the same year best, the year after next best (a later
-             report covers it too), the year before a little, any other nothing
+             report covers it too), the year before a little, any other nothing; a day the question names on an
+             8-K's cover (its date of report) counts as much again (``question_dates``)
     form     the form the question names (10-K, 10-Q, 8-K, earnings; a quarter it names: a 10-Q or an earnings
              release) against the document's
 
@@ -40,7 +41,17 @@ from minions.documents import Document
 
 from .bm25 import tokenize
 
-__all__ = ["COVER_CHARS", "MAX_ROUTED", "Route", "name_pairs", "period_year", "profile", "question_years", "route"]
+__all__ = [
+    "COVER_CHARS",
+    "MAX_ROUTED",
+    "Route",
+    "name_pairs",
+    "period_year",
+    "profile",
+    "question_dates",
+    "question_years",
+    "route",
+]
 
 COVER_CHARS = 3000
 """How much of a document's opening text its profile reads (a filing's cover page fits)."""
@@ -72,6 +83,11 @@ _EARLY_JANUARY = re.compile(r"\bjanuary\s+[1-7],?\s*$", re.IGNORECASE)
 _ANY_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
 _Q_YEARS = re.compile(
     r"\b(?:fy|cy|fiscal(?: year)?|q[1-4]|[1-4]q|h[12]|[12]h)\s*'?((?:19|20)?\d\d)\b|\b((?:19|20)\d\d)\b", re.I
+)
+_DATE = re.compile(
+    r"\b(?:january|february|march|april|may|june|july|august|september|october|november|december)\s+\d{1,2},?\s+"
+    r"(?:19|20)\d\d\b",
+    re.IGNORECASE,
 )
 _QUARTER = re.compile(
     r"\b(?:q[1-4]|[1-4]q|(?:first|second|third|fourth|1st|2nd|3rd|4th) quarter|three months)\b", re.IGNORECASE
@@ -154,6 +170,12 @@ class Route:
         return {"documents": self.documents, "why": self.why, "of": self.considered, "routed": self.routed}
 
 
+def question_dates(question: str) -> list[str]:
+    """The days ``question`` names ("as of August 30, 2023"), as our terms ("august 30 2023"), to look up on covers
+    (an 8-K's date of report, a period's end)."""
+    return list(dict.fromkeys(" ".join(tokenize(m)) for m in _DATE.findall(question)))
+
+
 def name_pairs(question: str, profiles: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Two words side by side in a name that ``question`` writes with capitals ("Best Buy's"), as our terms ("best
     buy"), both on one document's cover: the library looks up which documents hold each pair side by side, for
@@ -185,13 +207,15 @@ def route(
     document_frequency: Mapping[str, int] | None = None,
     *,
     pairs: Mapping[str, Collection[str]] | None = None,
+    dates: Mapping[str, Collection[str]] | None = None,
     limit: int = MAX_ROUTED,
 ) -> Route:
     """The documents of ``profiles`` (name -> ``profile``) that ``question`` is about (see the module doc).
     ``document_frequency``: in how many documents each term of the question occurs anywhere (default: on how many
     covers); a word found in every document's text ("sales", "capital") names none of them. ``pairs``: the
     documents whose covers hold each of ``name_pairs`` side by side; a pair names them as a word would, weighted by
-    how few documents hold it anywhere (its count in ``document_frequency``)."""
+    how few documents hold it anywhere (its count in ``document_frequency``). ``dates``: the documents whose covers
+    hold each of ``question_dates``: a day the question names on an 8-K's cover is its date, as its year is."""
     names = list(profiles)
     if len(names) <= limit:
         return Route(names, {}, len(names), False)
@@ -220,12 +244,16 @@ def route(
     forms, latest = _question_forms(question), period_year(question)
     most_chunks = max(1, *(int(p.get("chunks", 0)) for p in profiles.values()))
 
+    # a day on an 8-K's cover is its date of report; on an annual or quarterly report's, a period's end it shares
+    dated = {n for docs in (dates or {}).values() for n in docs if profiles.get(n, {}).get("form") == "8-K"}
+
     def score(n: str) -> tuple[float, float]:
         p = profiles[n]
         year = YEAR_WEIGHT.get(p["year"] - latest, 0.0) if latest is not None and p.get("year") else 0.0
         same_form = FORM_WEIGHT if p.get("form") in forms else 0.0
+        day = YEAR_WEIGHT[0] if n in dated else 0.0
         size = SIZE_WEIGHT * math.log1p(p.get("chunks", 0)) / math.log1p(most_chunks)
-        return name_score[n] / best + year + same_form + size, name_score[n]
+        return name_score[n] / best + year + day + same_form + size, name_score[n]
 
     candidates = [n for n in names if name_score[n] >= NAME_SHARE * best or rarest in matched[n]]
     if latest is None:  # a question that names no period asks about the latest period its reports cover

@@ -13,10 +13,20 @@ from minions.backends.scripted import ScriptedBackend
 from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
+from minions.protocols.search.bm25 import tokenize
 from minions.protocols.search.index import SqliteIndex
 from minions.protocols.search.library import INDEX_FILE, Library, _route_doubted, search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
-from minions.protocols.search.routing import COVER_CHARS, Route, name_pairs, period_year, profile, question_years, route
+from minions.protocols.search.routing import (
+    COVER_CHARS,
+    Route,
+    name_pairs,
+    period_year,
+    profile,
+    question_dates,
+    question_years,
+    route,
+)
 
 from ..helpers import quote_reply
 
@@ -343,6 +353,41 @@ def test_two_common_words_side_by_side_name_the_company_they_name_together() -> 
     }
     on_covers = index.phrase_documents(["best buy"], before=COVER_CHARS)  # the tenant is deep in the text
     assert on_covers == {"best buy": ["bestbuy-2019.txt", "bestbuy-2023.txt", "bestbuy-q2.txt"]}
+
+
+def test_a_day_the_question_names_picks_the_8k_of_that_day() -> None:
+    """An 8-K's cover dates it ("Date of Report ... August 30, 2023"): a question that names the day asks for that
+    one among the company's filings of the year; a 10-K's cover day (its year's end) is shared, and adds nothing."""
+
+    def current_report(day: str, event: str) -> str:
+        return (
+            "UNITED STATES SECURITIES AND EXCHANGE COMMISSION\nFORM 8-K\nCURRENT REPORT\n"
+            f"Date of Report (Date of earliest event reported): {day}\nACME WIDGETS INC.\n\n{event}\n" + FILLER * 30
+        )
+
+    texts = {
+        "acme-8k-may.txt": current_report("May 3, 2023", "The annual meeting elected the directors."),
+        "acme-8k-aug.txt": current_report("August 30, 2023", "The separation of the tools business completed."),
+        "acme-10k.txt": cover("ACME WIDGETS INC.", "10-K", "December 31, 2023", FILLER * 60),
+        "zenith-2023.txt": cover("ZENITH FOODS CORPORATION", "10-K", "December 31, 2023", FILLER * 30),
+    }
+    index = index_of(texts)
+    assert question_dates("What did Acme complete on August 30, 2023?") == ["august 30 2023"]
+    found = search_library(index, "What did Acme complete on August 30, 2023?").route
+    assert found.documents[0] == "acme-8k-aug.txt"
+    assert search_library(index, "What did Acme complete on May 3, 2023?").route.documents[0] == "acme-8k-may.txt"
+    # the day alone decides between two 8-Ks whose covers hold the same words
+    twins = {n: {"terms": ["acme", "august", "30", "2023"], "form": "8-K", "year": 2023} for n in ("a", "b", "c", "d")}
+    twins["e"] = {"terms": ["zenith"], "form": "10-K", "year": 2023}
+    q = "What did Acme complete on August 30, 2023?"
+    assert route(q, twins, limit=2).documents == ["a", "b"]
+    assert route(q, twins, dates={"august 30 2023": ["c"]}, limit=2).documents[0] == "c"
+    q = "What did Acme report for the year ended December 31, 2023?"
+    days = index.phrase_documents(question_dates(q), before=COVER_CHARS)
+    assert days == {"december 31 2023": ["acme-10k.txt", "zenith-2023.txt"]}
+    profiles = {d.name: d.profile for d in index.documents()}
+    frequency = index.document_frequency(tokenize(q))
+    assert route(q, profiles, frequency, dates=days) == route(q, profiles, frequency)  # a year's end: shared
 
 
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
