@@ -260,16 +260,21 @@ def route(
         periodic = [profiles[n] for n in candidates if profiles[n].get("form")]
         latest = max((int(p["year"]) for p in periodic if p.get("year")), default=None)
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
-    why = {n: _why(matched[n], profiles[n], latest, forms) for n in chosen}
+    days = {n: [d for d, docs in (dates or {}).items() if n in docs] for n in dated}
+    why = {n: _why(matched[n], profiles[n], latest, forms, days.get(n, [])) for n in chosen}
     return Route(chosen, why, n_docs, True)
 
 
-def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str]) -> str:
+def _why(
+    words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str], days: Sequence[str]
+) -> str:
     parts = [f"cover names {', '.join(words[:5])}"]
     if latest is not None and p.get("year") == latest:
         parts.append(f"period {latest}")
     elif p.get("year"):
         parts.append(f"period {p['year']}")
+    if days:
+        parts.append(f"dated {days[0]}")
     if p.get("form") in forms:
         parts.append(f"form {p['form']}")
     return "; ".join(parts)

@@ -374,7 +374,7 @@ def test_a_day_the_question_names_picks_the_8k_of_that_day() -> None:
     index = index_of(texts)
     assert question_dates("What did Acme complete on August 30, 2023?") == ["august 30 2023"]
     found = search_library(index, "What did Acme complete on August 30, 2023?").route
-    assert found.documents[0] == "acme-8k-aug.txt"
+    assert found.documents[0] == "acme-8k-aug.txt" and "dated august 30 2023" in found.why["acme-8k-aug.txt"]
     assert search_library(index, "What did Acme complete on May 3, 2023?").route.documents[0] == "acme-8k-may.txt"
     # the day alone decides between two 8-Ks whose covers hold the same words
     twins = {n: {"terms": ["acme", "august", "30", "2023"], "form": "8-K", "year": 2023} for n in ("a", "b", "c", "d")}
