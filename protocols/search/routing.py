@@ -258,6 +258,7 @@ def route(
     candidates = [n for n in names if name_score[n] >= NAME_SHARE * best or rarest in matched[n]]
     if latest is None:  # a question that names no period asks about the latest period its reports cover
         periodic = [profiles[n] for n in candidates if profiles[n].get("form")]
+        periodic = [p for p in periodic if p["form"] in forms] or periodic  # "this 10-K": the latest 10-K
         latest = max((int(p["year"]) for p in periodic if p.get("year")), default=None)
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
     days = {n: [d for d, docs in (dates or {}).items() if n in docs] for n in dated}

@@ -390,6 +390,18 @@ def test_a_day_the_question_names_picks_the_8k_of_that_day() -> None:
     assert route(q, profiles, frequency, dates=days) == route(q, profiles, frequency)  # a year's end: shared
 
 
+def test_a_question_that_names_no_period_asks_for_the_latest_report_of_the_form_it_names() -> None:
+    acme = {"terms": ["acme"], "chunks": 100}
+    profiles = {
+        "acme-10k-2021": acme | {"form": "10-K", "year": 2021},
+        "acme-10q-2023": acme | {"form": "10-Q", "year": 2023},
+        "acme-paper": acme | {"form": None, "year": 2024},  # no form: a paper's year says nothing of a period
+        "zenith": {"terms": ["zenith"], "form": "10-K", "year": 2023},
+    }
+    assert route("Which companies did Acme acquire?", profiles, limit=1).documents == ["acme-10q-2023"]
+    assert route("Which companies did Acme acquire, says its 10-K?", profiles, limit=1).documents == ["acme-10k-2021"]
+
+
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
     from rich.console import Console
 
