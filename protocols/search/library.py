@@ -154,7 +154,8 @@ def search_library(
         frequency |= {pair: len(docs) for pair, docs in pairs.items()}
         pairs = index.phrase_documents(list(pairs), before=COVER_CHARS)
     dates = index.phrase_documents(question_dates(question), before=COVER_CHARS)
-    found = route(question, profiles, frequency, pairs=pairs, dates=dates)
+    only_in = index.phrase_documents([t for t, n in frequency.items() if n == 1 and " " not in t])
+    found = route(question, profiles, frequency, pairs=pairs, dates=dates, only_in=only_in)
     routed = time.perf_counter()
     everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}

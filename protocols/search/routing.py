@@ -24,7 +24,9 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
 
 and keeps the documents whose name score is near the best (``NAME_SHARE``) or that hold the best one's rarest
 naming word, best ``MAX_ROUTED`` by name, year and form together (and size: ``SIZE_WEIGHT``). A question whose
-words are on no cover keeps every document. File names are not used: a user's files are named anything.
+words are on no cover goes to the documents that alone hold one of its words anywhere ("AMEX" for American
+Express, whose cover spells it out), and where there are none keeps every document. File names are not used: a
+user's files are named anything.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ def route(
     *,
     pairs: Mapping[str, Collection[str]] | None = None,
     dates: Mapping[str, Collection[str]] | None = None,
+    only_in: Mapping[str, Collection[str]] | None = None,
     limit: int = MAX_ROUTED,
 ) -> Route:
     """The documents of ``profiles`` (name -> ``profile``) that ``question`` is about (see the module doc).
@@ -215,7 +218,9 @@ def route(
     covers); a word found in every document's text ("sales", "capital") names none of them. ``pairs``: the
     documents whose covers hold each of ``name_pairs`` side by side; a pair names them as a word would, weighted by
     how few documents hold it anywhere (its count in ``document_frequency``). ``dates``: the documents whose covers
-    hold each of ``question_dates``: a day the question names on an 8-K's cover is its date, as its year is."""
+    hold each of ``question_dates``: a day the question names on an 8-K's cover is its date, as its year is.
+    ``only_in``: the document that alone holds each of the question's words that one document holds anywhere;
+    where no cover names a document, such a word does ("AMEX", said in American Express's filing alone)."""
     names = list(profiles)
     if len(names) <= limit:
         return Route(names, {}, len(names), False)
@@ -237,7 +242,7 @@ def route(
     top = max(names, key=lambda n: name_score[n])
     best = name_score[top]
     if best <= 0:
-        return Route(names, {}, n_docs, False)
+        return _only_in(question, names, only_in or {}, limit)
     # the best document's rarest word names the others that hold it too, however their covers spell the rest
     # (a cover whose text came out as "MGM R ESORTS I NTERNATIONAL" still says MGM, not "MGM Resorts")
     rarest = min(matched[top], key=lambda t: (" " in t, df[t], t))
@@ -264,6 +269,19 @@ def route(
     days = {n: [d for d, docs in (dates or {}).items() if n in docs] for n in dated}
     why = {n: _why(matched[n], profiles[n], latest, forms, days.get(n, [])) for n in chosen}
     return Route(chosen, why, n_docs, True)
+
+
+def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
+    """The route of a question no cover names: the documents that alone hold one of its words, else every one."""
+    words = {t: [n for n in docs if n in names] for t, docs in only_in.items() if t in set(tokenize(question))}
+    held = Counter(n for docs in words.values() if len(docs) == 1 for n in docs)
+    if not held:
+        return Route(list(names), {}, len(names), False)
+    chosen = sorted(held, key=lambda n: (-held[n], names.index(n)))[:limit]
+    why = {
+        n: f"only its text says {', '.join(sorted(t for t, docs in words.items() if docs == [n])[:5])}" for n in chosen
+    }
+    return Route(chosen, why, len(names), True)
 
 
 def _why(

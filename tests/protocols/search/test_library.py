@@ -402,6 +402,21 @@ def test_a_question_that_names_no_period_asks_for_the_latest_report_of_the_form_
     assert route("Which companies did Acme acquire, says its 10-K?", profiles, limit=1).documents == ["acme-10k-2021"]
 
 
+def test_a_word_only_one_document_says_names_it_when_no_cover_names_any() -> None:
+    """ "AMEX" is on no cover (American Express's spells its name out) but in its filing alone: a question that no
+    cover word names goes there; one whose words are everywhere still searches every document."""
+    texts = {
+        "amex-2022.txt": cover("AMERICAN EXPRESS COMPANY", "10-K", "December 31, 2022", FILLER * 30 + "Amex cards."),
+        "acme-2022.txt": cover("ACME WIDGETS INC.", "10-K", "December 31, 2022", FILLER * 30),
+        "zenith-2022.txt": cover("ZENITH FOODS CORPORATION", "10-K", "December 31, 2022", FILLER * 30),
+        "good-2022.txt": cover("GOOD FOOD CORPORATION", "10-K", "December 31, 2022", FILLER * 30),
+    }
+    index = index_of(texts)
+    found = search_library(index, "Does AMEX have an improving operating margin profile?").route
+    assert found.routed and found.documents == ["amex-2022.txt"] and "amex" in found.why["amex-2022.txt"]
+    assert not search_library(index, "Does it have an improving operating margin profile?").route.routed
+
+
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
     from rich.console import Console
 
