@@ -186,21 +186,12 @@ def name_pairs(question: str, profiles: Mapping[str, Mapping[str, Any]]) -> list
     covers = [set(p.get("terms", ())) for p in profiles.values()]
     out = []
     for name in _CAPITALISED.findall(question):
-        words = [t for t in tokenize(name) if len(t) > 1]
         if len(name.split()) > NAME_WORDS:  # a heading, or a question in capitals throughout: no name
             continue
-        for a, b in pairwise(words):
+        for a, b in pairwise(t for t in tokenize(name) if len(t) > 1):
             if any(a in c and b in c for c in covers):
                 out.append(f"{a} {b}")
     return list(dict.fromkeys(out))
-
-
-def _frequencies(covers: Sequence[set[str]], document_frequency: Mapping[str, int] | None) -> Counter[str]:
-    """In how many documents each term is: on the covers, or anywhere where ``document_frequency`` says more."""
-    df = Counter(t for terms in covers for t in terms)
-    for t, f in (document_frequency or {}).items():
-        df[t] = max(df[t], f)
-    return df
 
 
 def route(
@@ -225,7 +216,9 @@ def route(
     if len(names) <= limit:
         return Route(names, {}, len(names), False)
     covers = {n: set(profiles[n].get("terms", ())) for n in names}
-    df = _frequencies(list(covers.values()), document_frequency)
+    df = Counter(t for terms in covers.values() for t in terms)
+    for t, f in (document_frequency or {}).items():
+        df[t] = max(df[t], f)
     n_docs = len(names)
     q_terms = set(tokenize(question))
     holders = {pair: set(docs) for pair, docs in (pairs or {}).items() if docs}
@@ -250,7 +243,7 @@ def route(
     most_chunks = max(1, *(int(p.get("chunks", 0)) for p in profiles.values()))
 
     # a day on an 8-K's cover is its date of report; on an annual or quarterly report's, a period's end it shares
-    dated = {n for docs in (dates or {}).values() for n in docs if profiles.get(n, {}).get("form") == "8-K"}
+    dated = {n: day for day, docs in (dates or {}).items() for n in docs if profiles.get(n, {}).get("form") == "8-K"}
 
     def score(n: str) -> tuple[float, float]:
         p = profiles[n]
@@ -266,14 +259,14 @@ def route(
         periodic = [p for p in periodic if p["form"] in forms] or periodic  # "this 10-K": the latest 10-K
         latest = max((int(p["year"]) for p in periodic if p.get("year")), default=None)
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
-    days = {n: [d for d, docs in (dates or {}).items() if n in docs] for n in dated}
-    why = {n: _why(matched[n], profiles[n], latest, forms, days.get(n, [])) for n in chosen}
+    why = {n: _why(matched[n], profiles[n], latest, forms, dated.get(n)) for n in chosen}
     return Route(chosen, why, n_docs, True)
 
 
 def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
     """The route of a question no cover names: the documents that alone hold one of its words, else every one."""
-    words = {t: [n for n in docs if n in names] for t, docs in only_in.items() if t in set(tokenize(question))}
+    asked = set(tokenize(question))
+    words = {t: [n for n in docs if n in names] for t, docs in only_in.items() if t in asked}
     held = Counter(n for docs in words.values() if len(docs) == 1 for n in docs)
     if not held:
         return Route(list(names), {}, len(names), False)
@@ -284,16 +277,14 @@ def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collecti
     return Route(chosen, why, len(names), True)
 
 
-def _why(
-    words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str], days: Sequence[str]
-) -> str:
+def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str], day: str | None) -> str:
     parts = [f"cover names {', '.join(words[:5])}"]
     if latest is not None and p.get("year") == latest:
         parts.append(f"period {latest}")
     elif p.get("year"):
         parts.append(f"period {p['year']}")
-    if days:
-        parts.append(f"dated {days[0]}")
+    if day is not None:
+        parts.append(f"dated {day}")
     if p.get("form") in forms:
         parts.append(f"form {p['form']}")
     return "; ".join(parts)
