@@ -18,6 +18,7 @@ finds the file missing or its hash changed and adds it again. ``ChunkIndex`` is 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import threading
 import time
@@ -131,7 +132,13 @@ class ChunkIndex(Protocol):
     def remove(self, name: str) -> bool: ...
     def document(self, name: str) -> Document: ...
     def search(
-        self, query: str, *, question: str | None = None, documents: Sequence[str] | None = None, k: int = 20
+        self,
+        query: str,
+        *,
+        question: str | None = None,
+        documents: Sequence[str] | None = None,
+        k: int = 20,
+        names: Sequence[str] = (),
     ) -> list[Ranked]: ...
     def chunk_count(self, documents: Sequence[str] | None = None) -> int: ...
     def document_frequency(self, terms: Sequence[str]) -> dict[str, int]: ...
@@ -393,23 +400,34 @@ class SqliteIndex:
 
     # -- searching ----------------------------------------------------------------------------------------------
     def search(
-        self, query: str, *, question: str | None = None, documents: Sequence[str] | None = None, k: int = 20
+        self,
+        query: str,
+        *,
+        question: str | None = None,
+        documents: Sequence[str] | None = None,
+        k: int = 20,
+        names: Sequence[str] = (),
     ) -> list[Ranked]:
         """The ``k`` chunks that rank best for ``query`` (BM25 over our terms and the glossary's,
         ``ranking.search_terms``, times the figure prior when ``question``, default the query, asks for a
         quantity), among ``documents`` (names; None: all), best first, pages spread (``ranking.spread_pages``);
-        ties keep the chunks' order."""
-        terms = match_expression(search_terms(query, question))
+        ties keep the chunks' order. ``names``: terms that named ``documents`` (``routing.Route.names``), each
+        weighed by how many of their chunks hold it, as a search of those documents alone would weigh it (a
+        company's name is rare in the library and in most chunks of its own filings: weighed by the library, it
+        ranks first the chunks that say the name most, an exhibit list, a subsidiary's)."""
+        expression = search_terms(query, question)
+        terms = match_expression(expression)
         if terms is None or k <= 0:
             return []
         weight = FIGURE_WEIGHT if asks_for_quantity(question if question is not None else query) else 0.0
-        match = f"terms : ({terms})"
+        match, scope = f"terms : ({terms})", None
         with self._lock:
             if documents is not None:
                 ids = self._ids(documents)
                 if not ids:
                     return []
-                match += " AND doc : (" + " OR ".join(str(i) for i in ids) + ")"
+                scope = "doc : (" + " OR ".join(str(i) for i in ids) + ")"
+                match += f" AND {scope}"
             # FTS5 scores every match in C; joining each to its chunk for the prior would cost 3x that, so the
             # prior re-ranks the best PRIOR_POOL by words (it multiplies a score by at most 1 + FIGURE_WEIGHT/2).
             # (and a page's second chunk makes way for other pages' best, so twice k are ranked at least)
@@ -421,6 +439,8 @@ class SqliteIndex:
             ).fetchall()
             if not hits:
                 return []
+            named = [t for t in dict.fromkeys(names) if t in tokenize(expression)] if scope is not None else []
+            surplus = self._names_surplus([i for i, _ in hits], named, scope) if named and scope else {}
             # the pool's places and figures only (no text): the k kept are read whole below
             marks = ",".join("?" * len(hits))
             places = {
@@ -429,12 +449,43 @@ class SqliteIndex:
                     f"SELECT id, doc, pages, figures FROM chunks WHERE id IN ({marks})", [h[0] for h in hits]
                 )
             }
-            scored = [(score * (1 + weight * places[i][2]), i) for i, score in hits if i in places]
+            scored = [
+                (score * (1 + weight * places[i][2]) - surplus.get(i, 0.0), i) for i, score in hits if i in places
+            ]
             scored.sort(key=lambda item: (-item[0], item[1]))
             firsts = [places[i][1].strip("[]").partition(",")[0] for _, i in scored]  # pages: JSON "[3, 4]"
             pages = [(places[i][0], first) if first else None for (_, i), first in zip(scored, firsts, strict=True)]
             kept = [scored[j] for j in page_spread(pages)[:k]]
             return self._read_ranked([(i, score) for score, i in kept])
+
+    def _names_surplus(self, ids: Sequence[int], terms: Sequence[str], scope: str) -> dict[int, float]:
+        """What each of the chunks ``ids`` scores for ``terms`` beyond what those terms would score among the
+        chunks that ``scope`` (an FTS5 filter on the doc column) matches (call under the lock). A term's part of a
+        BM25 score is its idf times its frequency part, so the surplus is that part times one less the idf within
+        over FTS5's. The idf within is the one-document ranking's (``bm25.BM25``: a name in most chunks still
+        counts a little; FTS5's own, which is nil there, gave FinanceBench library recall@10 0.836 against 0.840
+        in a probe). The surplus is taken off after the figure prior (0.832 against 0.820 before it)."""
+        count = "SELECT count(*) FROM chunk_terms WHERE chunk_terms MATCH ?"
+        library = int(self._db.execute("SELECT COALESCE(SUM(chunks), 0) FROM documents").fetchone()[0])
+        within = int(self._db.execute(count, (scope,)).fetchone()[0])
+        wanted = set(ids)
+        surplus: dict[int, float] = {}
+        for term in terms:
+            phrase = f'terms : "{term}"'
+            held = int(self._db.execute(count, (phrase,)).fetchone()[0])
+            # the term's part of each score (the doc column weighs nothing), in every chunk within that holds it
+            parts = self._db.execute(
+                "SELECT rowid, -bm25(chunk_terms, 1.0, 0.0) FROM chunk_terms WHERE chunk_terms MATCH ?",
+                (f"{phrase} AND {scope}",),
+            ).fetchall()
+            if not held or not parts:
+                continue
+            idf = max(math.log((library - held + 0.5) / (held + 0.5)), 1e-6)  # FTS5's, floored as it floors it
+            idf_within = math.log(1 + (within - len(parts) + 0.5) / (len(parts) + 0.5))
+            for i, part in parts:
+                if i in wanted:
+                    surplus[i] = surplus.get(i, 0.0) + part * (1 - idf_within / idf)
+        return surplus
 
     def _read_ranked(self, scored: Sequence[tuple[int, float]]) -> list[Ranked]:
         """The chunks of ids ``scored`` (id, score) read whole, in that order, each with its score (call under

@@ -197,7 +197,7 @@ def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[st
     first = found.documents[0]
     ranked = [
         r if r.chunk.document == first else replace(r, score=r.score * OTHER_DOCUMENT)
-        for r in index.search(question, documents=found.documents, k=k * len(found.documents))
+        for r in index.search(question, documents=found.documents, k=k * len(found.documents), names=found.names)
     ]
     ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order
     return spread_pages(ranked)  # the sort by score undid the index's spread

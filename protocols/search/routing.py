@@ -167,6 +167,9 @@ class Route:
     """Documents in the library."""
     routed: bool = False
     """Whether the question was narrowed to some documents (False: it names none; all are searched)."""
+    names: tuple[str, ...] = ()
+    """The question's terms that named the first document (its cover's words, a pair's words, a word it alone
+    holds): they say which document, and weigh little where in it (``ChunkIndex.search``'s ``names``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"documents": self.documents, "why": self.why, "of": self.considered, "routed": self.routed}
@@ -260,7 +263,8 @@ def route(
         latest = max((int(p["year"]) for p in periodic if p.get("year")), default=None)
     chosen = sorted(candidates, key=lambda n: (-score(n)[0], -score(n)[1], names.index(n)))[:limit]
     why = {n: _why(matched[n], profiles[n], latest, forms, dated.get(n)) for n in chosen}
-    return Route(chosen, why, n_docs, True)
+    named = tuple(dict.fromkeys(w for t in matched[chosen[0]] for w in t.split()))
+    return Route(chosen, why, n_docs, True, named)
 
 
 def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
@@ -271,10 +275,9 @@ def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collecti
     if not held:
         return Route(list(names), {}, len(names), False)
     chosen = sorted(held, key=lambda n: (-held[n], names.index(n)))[:limit]
-    why = {
-        n: f"only its text says {', '.join(sorted(t for t, docs in words.items() if docs == [n])[:5])}" for n in chosen
-    }
-    return Route(chosen, why, len(names), True)
+    alone = {n: sorted(t for t, docs in words.items() if docs == [n]) for n in chosen}
+    why = {n: f"only its text says {', '.join(alone[n][:5])}" for n in chosen}
+    return Route(chosen, why, len(names), True, tuple(alone[chosen[0]]))
 
 
 def _why(words: Sequence[str], p: Mapping[str, Any], latest: int | None, forms: frozenset[str], day: str | None) -> str:

@@ -417,6 +417,36 @@ def test_a_word_only_one_document_says_names_it_when_no_cover_names_any() -> Non
     assert not search_library(index, "Does it have an improving operating margin profile?").route.routed
 
 
+def test_the_name_that_routed_a_question_weighs_what_it_says_within_the_documents_it_named() -> None:
+    """A company's name is rare in a library and in most chunks of its own filing: weighed by the library, it ranks
+    first the chunks that say it most (an exhibit list). Weighed within the routed filing, the passage that answers
+    comes first, as a search of that filing alone ranks it."""
+    tax = "Our effective tax rate and income tax expense reflect the tax rate of each country where we sell. "
+    others = (tax + FILLER * 4) * 2 + FILLER * 30
+    zenith = (
+        ("Zenith sells food to customers in stores. " + FILLER)
+        * 12
+        + "\n\nExhibits: 10.1 Zenith Foods stock plan; 10.2 Zenith Foods rate agreement; 10.3 Zenith Foods Europe; "
+        "10.4 Zenith Foods Asia; 10.5 Zenith Foods Canada.\n\n"
+        + FILLER * 3
+        + "\n\nThe effective tax rate was 21.0 percent in 2022 against 19.5 percent in 2021.\n\n"
+        + FILLER * 3
+    )
+    texts = {
+        "zenith-2022.txt": cover("ZENITH FOODS CORPORATION", "10-K", "December 31, 2022", zenith),
+        "acme-2022.txt": cover("ACME WIDGETS INC.", "10-K", "December 31, 2022", others),
+        "good-2022.txt": cover("GOOD DRINKS CORPORATION", "10-K", "December 31, 2022", others),
+        "bold-2022.txt": cover("BOLD TOOLS CORPORATION", "10-K", "December 31, 2022", others),
+    }
+    index = index_of(texts)
+    question = "What was the effective tax rate of Zenith?"
+    found = search_library(index, question)
+    assert found.route.documents == ["zenith-2022.txt"] and found.route.names == ("zenith",)
+    assert "21.0 percent" in found.ranking.ranked[0].chunk.text
+    by_library = index.search(question, documents=["zenith-2022.txt"], k=3)
+    assert "21.0 percent" not in by_library[0].chunk.text and "Zenith" in by_library[0].chunk.text
+
+
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
     from rich.console import Console
 
