@@ -439,8 +439,9 @@ class SqliteIndex:
             ).fetchall()
             if not hits:
                 return []
-            named = [t for t in dict.fromkeys(names) if t in tokenize(expression)] if scope is not None else []
-            surplus = self._names_surplus([i for i, _ in hits], named, scope) if named and scope else {}
+            asked = set(tokenize(expression)) if names and scope is not None else set()
+            named = [t for t in dict.fromkeys(names) if t in asked]
+            surplus = self._names_surplus([i for i, _ in hits], named, scope) if named and scope is not None else {}
             # the pool's places and figures only (no text): the k kept are read whole below
             marks = ",".join("?" * len(hits))
             places = {
@@ -466,7 +467,7 @@ class SqliteIndex:
         counts a little; FTS5's own, which is nil there, gave FinanceBench library recall@10 0.836 against 0.840
         in a probe). The surplus is taken off after the figure prior (0.832 against 0.820 before it)."""
         count = "SELECT count(*) FROM chunk_terms WHERE chunk_terms MATCH ?"
-        library = int(self._db.execute("SELECT COALESCE(SUM(chunks), 0) FROM documents").fetchone()[0])
+        library = self.chunk_count()
         within = int(self._db.execute(count, (scope,)).fetchone()[0])
         wanted = set(ids)
         surplus: dict[int, float] = {}
