@@ -147,7 +147,8 @@ def search_library(
     ``embedder`` whose vectors the index holds, by meaning too, over all of ``documents`` (``meaning.fuse``,
     ``weight`` on meaning). ``asked``: the question's vector, where the caller has it."""
     started = time.perf_counter()
-    records = [d for d in index.documents() if documents is None or d.name in documents]
+    every = index.documents()
+    records = [d for d in every if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
     frequency = index.document_frequency(tokenize(question))
     if pairs := index.phrase_documents(name_pairs(question, profiles)):
@@ -155,7 +156,7 @@ def search_library(
         pairs = index.phrase_documents(list(pairs), before=COVER_CHARS)
     dates = index.phrase_documents(question_dates(question), before=COVER_CHARS)
     only_in = index.phrase_documents([t for t, n in frequency.items() if n == 1 and " " not in t])
-    found = route(question, profiles, frequency, pairs=pairs, dates=dates, only_in=only_in)
+    found = route(question, profiles, frequency, pairs=pairs, dates=dates, only_in=only_in, library=len(every))
     routed = time.perf_counter()
     everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}
@@ -191,7 +192,7 @@ def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:
 
 def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[str] | None, k: int) -> list[Ranked]:
     if not found.routed:
-        return index.search(question, documents=scope, k=k)
+        return index.search(question, documents=scope, k=k, names=found.names if scope is not None else ())
     # one search over the routed documents (each search reads the terms' postings of the whole library),
     # deep enough that the first document's chunks are all there after the others' are weighed down
     first = found.documents[0]

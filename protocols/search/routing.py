@@ -206,6 +206,7 @@ def route(
     dates: Mapping[str, Collection[str]] | None = None,
     only_in: Mapping[str, Collection[str]] | None = None,
     limit: int = MAX_ROUTED,
+    library: int | None = None,
 ) -> Route:
     """The documents of ``profiles`` (name -> ``profile``) that ``question`` is about (see the module doc).
     ``document_frequency``: in how many documents each term of the question occurs anywhere (default: on how many
@@ -214,10 +215,13 @@ def route(
     how few documents hold it anywhere (its count in ``document_frequency``). ``dates``: the documents whose covers
     hold each of ``question_dates``: a day the question names on an 8-K's cover is its date, as its year is.
     ``only_in``: the document that alone holds each of the question's words that one document holds anywhere;
-    where no cover names a document, such a word does ("AMEX", said in American Express's filing alone)."""
+    where no cover names a document, such a word does ("AMEX", said in American Express's filing alone).
+    ``library``: the documents in the library (default: those of ``profiles``); with no more than ``limit``
+    documents to choose from, all are kept, and the question's words on their covers that name documents among
+    the library's are the route's ``names``."""
     names = list(profiles)
     if len(names) <= limit:
-        return Route(names, {}, len(names), False)
+        return Route(names, {}, len(names), False, _cover_names(question, profiles, document_frequency, library))
     covers = {n: set(profiles[n].get("terms", ())) for n in names}
     df = Counter(t for terms in covers.values() for t in terms)
     for t, f in (document_frequency or {}).items():
@@ -265,6 +269,20 @@ def route(
     why = {n: _why(matched[n], profiles[n], latest, forms, dated.get(n)) for n in chosen}
     named = tuple(dict.fromkeys(w for t in matched[chosen[0]] for w in t.split()))
     return Route(chosen, why, n_docs, True, named)
+
+
+def _cover_names(
+    question: str,
+    profiles: Mapping[str, Mapping[str, Any]],
+    document_frequency: Mapping[str, int] | None,
+    library: int | None,
+) -> tuple[str, ...]:
+    """The question's words on the covers of ``profiles``' documents that name documents: held by at most
+    ``NAMING_SHARE`` of the ``library``'s documents (a search within one 10-K: "3M", not "sales")."""
+    covers = {t for p in profiles.values() for t in p.get("terms", ())}
+    frequency = document_frequency or {}
+    most = NAMING_SHARE * (library if library is not None else len(profiles))
+    return tuple(t for t in dict.fromkeys(tokenize(question)) if t in covers and 0 < frequency.get(t, 0) <= most)
 
 
 def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:

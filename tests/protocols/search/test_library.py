@@ -417,10 +417,9 @@ def test_a_word_only_one_document_says_names_it_when_no_cover_names_any() -> Non
     assert not search_library(index, "Does it have an improving operating margin profile?").route.routed
 
 
-def test_the_name_that_routed_a_question_weighs_what_it_says_within_the_documents_it_named() -> None:
-    """A company's name is rare in a library and in most chunks of its own filing: weighed by the library, it ranks
-    first the chunks that say it most (an exhibit list). Weighed within the routed filing, the passage that answers
-    comes first, as a search of that filing alone ranks it."""
+def _zenith_and_others() -> SqliteIndex:
+    """Four 10-Ks: Zenith's, whose exhibit list says its name five times and whose tax rate is in one sentence, and
+    three others that speak of tax rates in general."""
     tax = "Our effective tax rate and income tax expense reflect the tax rate of each country where we sell. "
     others = (tax + FILLER * 4) * 2 + FILLER * 30
     zenith = (
@@ -432,19 +431,39 @@ def test_the_name_that_routed_a_question_weighs_what_it_says_within_the_document
         + "\n\nThe effective tax rate was 21.0 percent in 2022 against 19.5 percent in 2021.\n\n"
         + FILLER * 3
     )
-    texts = {
-        "zenith-2022.txt": cover("ZENITH FOODS CORPORATION", "10-K", "December 31, 2022", zenith),
-        "acme-2022.txt": cover("ACME WIDGETS INC.", "10-K", "December 31, 2022", others),
-        "good-2022.txt": cover("GOOD DRINKS CORPORATION", "10-K", "December 31, 2022", others),
-        "bold-2022.txt": cover("BOLD TOOLS CORPORATION", "10-K", "December 31, 2022", others),
-    }
-    index = index_of(texts)
+    return index_of(
+        {
+            "zenith-2022.txt": cover("ZENITH FOODS CORPORATION", "10-K", "December 31, 2022", zenith),
+            "acme-2022.txt": cover("ACME WIDGETS INC.", "10-K", "December 31, 2022", others),
+            "good-2022.txt": cover("GOOD DRINKS CORPORATION", "10-K", "December 31, 2022", others),
+            "bold-2022.txt": cover("BOLD TOOLS CORPORATION", "10-K", "December 31, 2022", others),
+        }
+    )
+
+
+def test_the_name_that_routed_a_question_weighs_what_it_says_within_the_documents_it_named() -> None:
+    """A company's name is rare in a library and in most chunks of its own filing: weighed by the library, it ranks
+    first the chunks that say it most (an exhibit list). Weighed within the routed filing, the passage that answers
+    comes first, as a search of that filing alone ranks it."""
+    index = _zenith_and_others()
     question = "What was the effective tax rate of Zenith?"
     found = search_library(index, question)
     assert found.route.documents == ["zenith-2022.txt"] and found.route.names == ("zenith",)
     assert "21.0 percent" in found.ranking.ranked[0].chunk.text
     by_library = index.search(question, documents=["zenith-2022.txt"], k=3)
     assert "21.0 percent" not in by_library[0].chunk.text and "Zenith" in by_library[0].chunk.text
+
+
+def test_a_search_within_the_documents_a_user_names_weighs_their_name_within_them() -> None:
+    """Asked of Zenith's filing alone (the app's one file, ``documents=``), the question's word on its cover that
+    names it in the library ("Zenith", not "tax") weighs what it says within that filing, as a routed name does."""
+    index = _zenith_and_others()
+    question = "What was the effective tax rate of Zenith?"
+    within = search_library(index, question, documents=["zenith-2022.txt"])
+    assert not within.route.routed and within.route.names == ("zenith",)
+    assert "21.0 percent" in within.ranking.ranked[0].chunk.text
+    everywhere = search_library(index, "What is an effective tax rate?")
+    assert everywhere.route.names == ()
 
 
 def test_the_cli_says_which_documents_a_library_question_searched_and_why() -> None:
