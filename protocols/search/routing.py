@@ -169,7 +169,9 @@ class Route:
     """Whether the question was narrowed to some documents (False: it names none; all are searched)."""
     names: tuple[str, ...] = ()
     """The question's terms that named the first document (its cover's words, a pair's words, a word it alone
-    holds): they say which document, and weigh little where in it (``ChunkIndex.search``'s ``names``)."""
+    holds), or, among documents too few to route (a search within the ones a user named), the question's words on
+    their covers that name documents in the library: they say which document, and weigh little where in it
+    (``ChunkIndex.search``'s ``names``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"documents": self.documents, "why": self.why, "of": self.considered, "routed": self.routed}
