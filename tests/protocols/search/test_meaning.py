@@ -55,7 +55,7 @@ def test_fusion_mixes_scaled_words_and_meaning_at_meanings_weight() -> None:
     fused = fuse(words, closeness, meaning, weight=0.6)
     assert [r.chunk.index for r in fused] == [2, 0, 1]  # CAR 0.6, BANK 0.4, BUDGET 0.6 * 4/7
     assert fuse([], [], []) == []
-    alone = fuse(words, [None, None], [])  # no vectors: words decide, scaled
+    alone = fuse(words, [None, None], [], weight=0.3)  # no vectors: words decide, scaled
     assert [(r.chunk.index, r.score) for r in alone] == [(0, 0.7), (1, 0.0)]
 
 
