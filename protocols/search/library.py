@@ -192,7 +192,7 @@ def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:
 
 def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[str] | None, k: int) -> list[Ranked]:
     if not found.routed:
-        return index.search(question, documents=scope, k=k, names=found.names if scope is not None else ())
+        return index.search(question, documents=scope, k=k, names=found.names)
     # one search over the routed documents (each search reads the terms' postings of the whole library),
     # deep enough that the first document's chunks are all there after the others' are weighed down
     first = found.documents[0]

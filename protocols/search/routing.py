@@ -233,7 +233,7 @@ def route(
     holders = {pair: set(docs) for pair, docs in (pairs or {}).items() if docs}
     for pair, docs in holders.items():
         df[pair] = max(df[pair], len(docs))
-    weight = {t: math.log(n_docs / df[t]) for t in q_terms if 0 < df[t] <= NAMING_SHARE * n_docs}
+    weight = {t: math.log(n_docs / df[t]) for t in q_terms if _naming(df[t], n_docs)}
     for pair in holders:  # what the pair says beyond its words (a name's words may name something alone)
         weight[pair] = max(0.0, math.log(n_docs / df[pair]) - sum(weight.get(t, 0.0) for t in pair.split()))
     name_score, matched = {}, {}
@@ -283,8 +283,14 @@ def _cover_names(
     ``NAMING_SHARE`` of the ``library``'s documents (a search within one 10-K: "3M", not "sales")."""
     covers = {t for p in profiles.values() for t in p.get("terms", ())}
     frequency = document_frequency or {}
-    most = NAMING_SHARE * (library if library is not None else len(profiles))
-    return tuple(t for t in dict.fromkeys(tokenize(question)) if t in covers and 0 < frequency.get(t, 0) <= most)
+    documents = library if library is not None else len(profiles)
+    asked = dict.fromkeys(tokenize(question))
+    return tuple(t for t in asked if t in covers and _naming(frequency.get(t, 0), documents))
+
+
+def _naming(frequency: int, documents: int) -> bool:
+    """Whether a word held by ``frequency`` of ``documents`` documents can name some of them (``NAMING_SHARE``)."""
+    return 0 < frequency <= NAMING_SHARE * documents
 
 
 def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
