@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["BM25", "asks_for_quantity", "tokenize"]
+__all__ = ["BM25", "asks_for_quantity", "term_set", "tokenize"]
 
 _STOP = frozenset(
     {
@@ -80,6 +80,11 @@ def _stem(word: str) -> str:
 
 def tokenize(text: str) -> list[str]:
     return [_stem(t) for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
+
+
+def term_set(text: str) -> set[str]:
+    """``set(tokenize(text))``, each distinct word made singular once."""
+    return {_stem(t) for t in set(re.findall(r"[a-z0-9]+", text.lower())) if t not in _STOP}
 
 
 def asks_for_quantity(question: str) -> bool:

@@ -41,7 +41,7 @@ from ..result import RunResult
 from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
-from .ranking import Ranked, Ranking, spread_pages
+from .ranking import Ranked, Ranking, spread_pages, spread_repeats
 from .routing import COVER_CHARS, Route, name_pairs, profile, question_dates, route
 from .warming import IndexProgress, PrefixSaver, index_documents
 
@@ -145,7 +145,8 @@ def search_library(
     """Route ``question`` among ``documents`` (names; None: the whole library), then rank the routed documents'
     chunks by words (each routed document after the first at ``OTHER_DOCUMENT`` of its score) and, with an
     ``embedder`` whose vectors the index holds, by meaning too, over all of ``documents`` (``meaning.fuse``,
-    ``weight`` on meaning). ``asked``: the question's vector, where the caller has it."""
+    ``weight`` on meaning); a chunk that repeats a better one comes after the others (``ranking.spread_repeats``).
+    ``asked``: the question's vector, where the caller has it."""
     started = time.perf_counter()
     every = index.documents()
     records = [d for d in every if documents is None or d.name in documents]
@@ -173,11 +174,12 @@ def search_library(
         closeness = index.similarities(vector, [(r.chunk.document, r.chunk.index) for r in words]) if near else []
         ranked = spread_pages(fuse(words, closeness, near, weight=weight)) if near else words
         about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
+    ranked = spread_repeats(ranked[:k], copies={d.name: d.sha256 for d in every})
     total = index.chunk_count(found.documents)
     seconds = time.perf_counter() - started
     about |= {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
               "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
-    return LibrarySearch(found, Ranking(ranked[:k], total, about), seconds)
+    return LibrarySearch(found, Ranking(ranked, total, about), seconds)
 
 
 def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:

@@ -3,7 +3,9 @@
     1. lexical: BM25 over the query (the question, and a plan's instruction and keywords, with the lines and
        statements behind the measures it names, ``protocols.search.glossary``), times a prior for passages dense in
        figures when the question asks for a quantity (``FIGURE_WEIGHT``);
-    2. ``spread_pages``: one chunk of each page first, so the chunks read show as many pages as they can;
+    2. ``spread_pages``: one chunk of each page first, so the chunks read show as many pages as they can; in a
+       library, ``spread_repeats`` then puts after the others a chunk that repeats a better one (the same note
+       in the next year's filing);
     3. ``fused_order``: items in that order re-ordered by reciprocal rank fusion with the local model's scores
        (how ``protocols.evidence.jobs`` picks a chunk's sentence: neither scale dominates).
 
@@ -18,12 +20,13 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from .bm25 import BM25, asks_for_quantity
+from .bm25 import BM25, asks_for_quantity, term_set
 from .figures import figure_share
 from .glossary import expand
 
 __all__ = [
     "FIGURE_WEIGHT",
+    "REPEAT_SHARE",
     "Ranked",
     "Ranking",
     "fused_order",
@@ -31,12 +34,16 @@ __all__ = [
     "page_spread",
     "search_terms",
     "spread_pages",
+    "spread_repeats",
     "word_order",
 ]
 
 FIGURE_WEIGHT = 4.0
 """A chunk whose tokens are all figures (capped at half) scores up to 1 + FIGURE_WEIGHT / 2 times its BM25 score."""
 FIGURE_CAP = 0.5
+REPEAT_SHARE = 0.6
+"""A chunk repeats a better one when this share of the words either holds are in both (``spread_repeats``; chosen
+on FinanceBench's 129 questions: docs/library.md, "A passage said again")."""
 RRF_K = 10
 """Reciprocal rank fusion's constant: small, so the top ranks of either list count most."""
 
@@ -92,6 +99,43 @@ def spread_pages(ranked: Sequence[Ranked]) -> list[Ranked]:
     @10 0.801 -> 0.833, ``minions bench evidence --lexical-only``). Chunks without pages keep their places."""
     pages = [(r.chunk.document, r.chunk.pages[0]) if r.chunk.pages else None for r in ranked]
     return [ranked[i] for i in page_spread(pages)]
+
+
+def spread_repeats(
+    ranked: Sequence[Ranked], share: float = REPEAT_SHARE, copies: Mapping[str, str] | None = None
+) -> list[Ranked]:
+    """``ranked`` with each chunk that repeats a better one (its words and the better one's, as sets, the same
+    for at least ``share`` of both together: the same note in the next year's filing, a paragraph a document
+    says twice) after the others, each part in its order: the chunks read say more things. ``copies``: each
+    document's file digest; two copies of one file are not each other's repeats (which copy a question means,
+    the ranking cannot tell), so their chunks keep their places side by side."""
+    copies = copies or {}
+    said: list[tuple[str, set[str]]] = []
+    first: list[Ranked] = []
+    later: list[Ranked] = []
+    for r in ranked:
+        document, words = r.chunk.document, term_set(r.chunk.text)
+        digest = copies.get(document, document)
+        if any(
+            _repeats(words, other, share)
+            for where, other in said
+            if where == document or copies.get(where, where) != digest
+        ):
+            later.append(r)
+            continue
+        said.append((document, words))
+        first.append(r)
+    return first + later
+
+
+def _repeats(words: set[str], other: set[str], share: float) -> bool:
+    """Whether ``words`` and ``other`` have ``share`` of their union in common (the sizes first: a set less than
+    ``share`` the size of the other cannot)."""
+    small, large = sorted((len(words), len(other)))
+    if small < share * large:
+        return False
+    common = len(words & other)
+    return common >= share * (small + large - common)
 
 
 def page_spread(pages: Sequence[Hashable | None]) -> list[int]:

@@ -534,3 +534,29 @@ def test_a_route_meaning_doubts_gives_way_to_every_document(tmp_path: Path, monk
         found = meaning.search(question)
         assert found.ranking.about["route_doubted"] == ["r0.md"] and not found.route.routed
         assert found.ranking.ranked[0].chunk.document == "r1.md"
+
+
+def test_a_note_the_next_filing_repeats_gives_its_place_to_a_passage_that_says_more(tmp_path: Path) -> None:
+    """Two years of one company's reports repeat their lease note word for word; the older one also says what the
+    rent was. The repeat goes after that passage, not before it (``ranking.spread_repeats``), and is still there.
+    The same report added twice under two names is two copies of one file: its chunks keep their places."""
+    note = (
+        "Leases of warehouses are recognised as right-of-use assets over the lease term, at the present value of "
+        "the payments. A warehouse lease that can be extended is recognised over the extended term where the "
+        "extension is reasonably certain. Short warehouse leases are expensed as paid. "
+    )
+    rent = "Rent for the Ohio warehouse was $4 million, under a lease ending in 2027. "
+    newer = cover("ACME WIDGETS INC.", "10-K", "December 31, 2020", FILLER * 12 + note + FILLER * 12)
+    body = FILLER * 12 + note + FILLER * 12 + rent + FILLER * 12
+    older = cover("ACME WIDGETS INC.", "10-K", "December 31, 2019", body)
+    question = "How are warehouse leases recognised?"
+    with Library(tmp_path / "years", embeddings="none") as library:
+        library.add(Document.from_text(newer, name="acme-2020.txt"), Document.from_text(older, name="acme-2019.txt"))
+        ranked = library.search(question).ranking.ranked
+        said = [(r.chunk.document, "lease term" in r.chunk.text, "Rent" in r.chunk.text) for r in ranked]
+        assert said == [("acme-2020.txt", True, False), ("acme-2019.txt", False, True), ("acme-2019.txt", True, False)]
+    with Library(tmp_path / "copies", embeddings="none") as library:
+        library.add(Document.from_text(older, name="acme.txt"), Document.from_text(older, name="acme-copy.txt"))
+        ranked = library.search(question).ranking.ranked
+        assert [r.chunk.document for r in ranked] == ["acme.txt", "acme-copy.txt"] * 2
+        assert ranked[0].chunk.text == ranked[1].chunk.text and "lease term" in ranked[0].chunk.text

@@ -6,7 +6,15 @@ from minions.chunking import Chunk
 from minions.protocols.search.bm25 import asks_for_quantity, tokenize
 from minions.protocols.search.figures import figure_share
 from minions.protocols.search.glossary import expand
-from minions.protocols.search.ranking import Ranked, fused_order, lexical_rank, page_spread, search_terms, spread_pages
+from minions.protocols.search.ranking import (
+    Ranked,
+    fused_order,
+    lexical_rank,
+    page_spread,
+    search_terms,
+    spread_pages,
+    spread_repeats,
+)
 
 WORDS = Chunk("r", 0, "Capital expenditure plans are discussed by the board every year in capital meetings.", 0, 80)
 TABLE = Chunk("r", 1, "Capital expenditure 1,577 1,373 1,420 (305) 12% $4.2", 80, 140)
@@ -65,3 +73,31 @@ def test_pages_are_spread_best_chunk_of_each_page_first() -> None:
     plain = [Ranked(Chunk("notes.md", i, "text", 0, 4), 1.0) for i in range(3)]
     assert spread_pages(plain) == plain
     assert page_spread([None, ("a", 1), ("a", 1), None, ("b", 1)]) == [0, 1, 3, 4, 2]
+
+
+def test_a_chunk_that_repeats_a_better_one_comes_after_the_others() -> None:
+    """The same note in the next year's filing says nothing new: it goes after the chunks that do, in its order;
+    nothing is dropped. Two copies of one file (the same digest) keep their chunks side by side."""
+    note = "Leases of warehouses are recognised as right-of-use assets over the lease term, at present value"
+
+    def chunk(document: str, index: int, text: str) -> Ranked:
+        return Ranked(Chunk(document, index, text, 0, len(text)), 1.0)
+
+    ranked = [
+        chunk("2020.pdf", 0, note + " in 2020."),
+        chunk("2019.pdf", 0, note + " in 2019."),  # the same note, a year on: a repeat
+        chunk("2019.pdf", 1, "Rent paid for the Ohio warehouse was $4 million, under a lease ending in 2027."),
+        chunk("2020.pdf", 1, note + ", discounted at rates that the company sets for each lease in each year."),
+    ]
+    assert [(r.chunk.document, r.chunk.index) for r in spread_repeats(ranked)] == [
+        ("2020.pdf", 0),
+        ("2019.pdf", 1),
+        ("2020.pdf", 1),  # the note's words and words of its own (10 of 17 alike, under 0.6): not a repeat
+        ("2019.pdf", 0),
+    ]
+    assert spread_repeats(ranked, share=1.0) == ranked  # nothing says exactly what a better one said
+    copies = {"2020.pdf": "same file", "2019.pdf": "same file"}
+    assert spread_repeats(ranked[:3], copies=copies) == ranked[:3]
+    # within one document a paragraph said twice is a repeat, copies or not
+    twice = [chunk("a.pdf", 0, note), chunk("a.pdf", 5, note), chunk("a.pdf", 2, "Rent was $4 million.")]
+    assert [r.chunk.index for r in spread_repeats(twice, copies={"a.pdf": "d"})] == [0, 2, 5]
