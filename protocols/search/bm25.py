@@ -55,6 +55,7 @@ _STOP = frozenset(
 )
 
 
+_WORD = re.compile(r"[a-z0-9]+")
 _QUANTITY = re.compile(
     r"\b(?:how (?:much|many)|amount|total|ratio|margin|percent(?:age)?|usd|dollars?|millions?|billions?|"
     r"revenues?|income|expenses?|costs?|capex|expenditures?|cash|debt|assets|liabilities|eps|earnings|growth|"
@@ -79,12 +80,12 @@ def _stem(word: str) -> str:
 
 
 def tokenize(text: str) -> list[str]:
-    return [_stem(t) for t in re.findall(r"[a-z0-9]+", text.lower()) if t not in _STOP]
+    return [_stem(t) for t in _WORD.findall(text.lower()) if t not in _STOP]
 
 
 def term_set(text: str) -> set[str]:
     """``set(tokenize(text))``, each distinct word made singular once."""
-    return {_stem(t) for t in set(re.findall(r"[a-z0-9]+", text.lower())) if t not in _STOP}
+    return {_stem(t) for t in set(_WORD.findall(text.lower())) if t not in _STOP}
 
 
 def asks_for_quantity(question: str) -> bool:

@@ -110,20 +110,16 @@ def spread_repeats(
     document's file digest; two copies of one file are not each other's repeats (which copy a question means,
     the ranking cannot tell), so their chunks keep their places side by side."""
     copies = copies or {}
-    said: list[tuple[str, set[str]]] = []
+    said: list[tuple[str, str, set[str]]] = []  # (document, its digest, a kept chunk's words)
     first: list[Ranked] = []
     later: list[Ranked] = []
     for r in ranked:
         document, words = r.chunk.document, term_set(r.chunk.text)
         digest = copies.get(document, document)
-        if any(
-            _repeats(words, other, share)
-            for where, other in said
-            if where == document or copies.get(where, where) != digest
-        ):
+        if any(_repeats(words, other, share) for where, its, other in said if where == document or its != digest):
             later.append(r)
             continue
-        said.append((document, words))
+        said.append((document, digest, words))
         first.append(r)
     return first + later
 
