@@ -20,12 +20,12 @@ from minions.types import Message
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
 from .evidence.citations import Finding, aggregate, locate, verify_citation
-from .evidence.reading import chunk_evidence, evidence, read
+from .evidence.reading import chunk_evidence, evidence, rank, read
 from .evidence.written import written_answer
 from .prompts import render
 from .result import Citation, Evidence
 from .schemas import Answer
-from .search.ranking import Ranked, lexical_rank, word_order
+from .search.ranking import Ranked, word_order
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
 
@@ -108,7 +108,7 @@ class RAG(BaseProtocol):
             ranked = list(ctx.ranking.ranked[: o.top_k])
         else:
             chunks = chunk_documents(ctx.documents, by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-            ranked = lexical_rank(chunks, ctx.task)[: o.top_k]
+            ranked = rank(ctx, chunks, ctx.task)[: o.top_k]
         sent: list[Ranked] = []
 
         def fitted(tokens: int, window: int) -> str:

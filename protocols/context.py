@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minions.backends.base import Backend, declared_capabilities
+from minions.backends.embeddings import EMBEDDINGS_ENV, Embedder, resolve_embedder
 from minions.documents import Document
 from minions.errors import MinionsError
 from minions.events import CancelToken, EventSink, Notice, emit
@@ -19,11 +22,17 @@ from minions.types import Usage
 from .channel import LocalEgress, Meter, RemoteChannel
 from .options import RunOptions
 from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
+from .search.profiles import Knowledge, describe, knowledge_of
 from .search.ranking import Ranking
 
 __all__ = ["RunCancelled", "RunContext", "remote_only_estimate"]
 
 log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _embedder(spec: str) -> Embedder | None:
+    return resolve_embedder(spec)
 
 
 class RunCancelled(MinionsError):
@@ -62,6 +71,18 @@ class RunContext:
         # Every local call goes through ctx.local: a local model on another machine is recorded there, once.
         if not declared_capabilities(self.local).local:
             self.local = LocalEgress(self.local, self.egress, lambda: self.rounds, self.meter, self.options.price_table)
+
+    @functools.cached_property
+    def embedder(self) -> Embedder | None:
+        """The model that ranks the documents' chunks by meaning where no library ranked them
+        (``RunOptions.embeddings``; None: words alone), loaded once a process."""
+        return _embedder(self.options.embeddings or os.environ.get(EMBEDDINGS_ENV) or "auto")
+
+    @functools.cached_property
+    def knowledge(self) -> Knowledge:
+        """What the run's documents add to the core of search (``search.profiles``): their languages, and the
+        filings profile where they are filings."""
+        return knowledge_of(describe(d) for d in self.documents)
 
     @property
     def next_job_id(self) -> int:

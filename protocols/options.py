@@ -92,6 +92,12 @@ class RunOptions:
     ``read_chunks``, those past this are quoted by words (their best sentence by words) instead of read; the best
     chunk is always read. On 2 cores SmolLM2 computes some 500 prompt tokens a second, and a chunk is ~400 of
     them. None: the model reads all ``read_chunks``."""
+    embeddings: str | None = None
+    """Local reading of documents not in a library: the embedding model that ranks their chunks by meaning beside
+    words, as a library's search does (``backends.embeddings.resolve_embedder``: None follows
+    ``$MINIONS_EMBEDDINGS``, else "auto"; "none": words alone). Only where the chunks outnumber ``read_chunks``
+    (else all are read); each chunk's vector is computed once and kept by its text's hash
+    (``search.meaning.rank_loaded``)."""
     score_sentences: bool = True
     """Local reading: the local model names the line of each read chunk that answers, and its labels'
     log-probabilities score the chunk's best sentences (backends that report log-probabilities); off, it picks

@@ -73,6 +73,7 @@ from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25
 from minions.protocols.search.library import AddReport, Library, search_library
 from minions.protocols.search.meaning import MEANING_WEIGHT
+from minions.protocols.search.profiles import describe, knowledge_of
 from minions.protocols.search.ranking import Ranked, lexical_rank
 
 from ..datasets import dataset_path, load_dataset
@@ -127,8 +128,21 @@ def _page_passages(doc: Document, question: str) -> list[Evidence] | None:
     return [Evidence(doc.name, "", pages[i].start, pages[i].end, (pages[i].number,), "page") for i in best]
 
 
-def _passages(ranked: Sequence[Ranked]) -> list[Evidence]:
-    return [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
+def _passages(ranked: Sequence[Ranked], copies: Mapping[str, str] | None = None) -> list[Evidence]:
+    """The best ``DEPTH`` chunks as passages; ``copies``: a document that is a byte-identical copy of a gold one,
+    named as that one (``_copies``)."""
+    passages = [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
+    return [replace(p, document=copies.get(p.document, p.document)) for p in passages] if copies else passages
+
+
+def _copies(item: EvalItem, library: Library) -> dict[str, str]:
+    """The library's documents that are byte-identical copies of ``item``'s gold documents (the same SHA-256),
+    each to the gold one it copies: the same text, so the gold passage at the same place. BAMBOO gives each
+    question its own copy of its paper (92 documents for 22 papers); the library shows one copy's chunk
+    (``ranking.spread_repeats``), and that chunk is the question's evidence."""
+    digest = {d.name: d.sha256 for d in library.documents}
+    gold = {digest[g.document]: g.document for s in item.evidence for g in s if g.document in digest}
+    return {name: gold[sha] for name, sha in digest.items() if sha in gold and name != gold[sha]}
 
 
 def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *, within: bool) -> dict[str, Any]:
@@ -139,16 +153,26 @@ def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *
     index, question = library.index, item.question
     asked = embedder.embed([question], query=True)[0]
     gold = sorted({g.document for s in item.evidence for g in s})
+    copies = _copies(item, library)
     line: dict[str, Any] = {}
     for where, documents in (("library", None), ("filing", gold))[: 2 if within else 1]:
-        words = search_library(index, question, documents=documents, embedder=None)
-        line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked))
-        line[f"{where}_meaning"] = _recall(item, _passages(index.meaning_search(asked, documents=documents, k=DEPTH)))
+        words = search_library(index, question, documents=documents, embedder=None, glossary=library.glossary)
+        line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked, copies))
+        near = index.meaning_search(asked, documents=documents, k=DEPTH)
+        line[f"{where}_meaning"] = _recall(item, _passages(near, copies))
         fused = {
-            f"{w:g}": search_library(index, question, documents=documents, embedder=embedder, weight=w, asked=asked)
+            f"{w:g}": search_library(
+                index,
+                question,
+                documents=documents,
+                embedder=embedder,
+                weight=w,
+                asked=asked,
+                glossary=library.glossary,
+            )
             for w in weights
         }
-        line[f"{where}_fused"] = {w: _recall(item, _passages(f.ranking.ranked)) for w, f in fused.items()}
+        line[f"{where}_fused"] = {w: _recall(item, _passages(f.ranking.ranked, copies)) for w, f in fused.items()}
     return line
 
 
@@ -165,7 +189,7 @@ def _library_line(
     found = library.search(item.question)
     gold = sorted({g.document for s in item.evidence for g in s})
     line: dict[str, Any] = {
-        "library": _recall(item, _passages(found.ranking.ranked)),
+        "library": _recall(item, _passages(found.ranking.ranked, _copies(item, library))),
         "routed": found.route.documents[:3] if found.route.routed else None,
         "routed_first": bool(found.route.routed and found.route.documents[0] in gold),
         "rank_ms": round(found.seconds * 1000, 2),
@@ -213,7 +237,7 @@ def _item_line(
     loaded = time.perf_counter()
     options = RunOptions(read_chunks=config.read_chunks)
     chunks = chunk_documents(docs, by=options.chunk_by, size=options.chunk_size, overlap=options.overlap)
-    by_words = lexical_rank(chunks, item.question)
+    by_words = lexical_rank(chunks, item.question, knowledge=knowledge_of(describe(d) for d in docs))
     line: dict[str, Any] = {
         "item_id": item.id,
         "document": docs[0].name,

@@ -31,8 +31,9 @@ from ..parsing import extract_json, normalize, salvage_fields
 from ..prompts import render
 from ..result import JobRecord
 from ..schemas import JobOutput
-from ..search.bm25 import tokenize
+from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import fused_order
+from ..search.words import tokenize
 from .citations import verify_citation
 from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote_schema
 
@@ -77,10 +78,13 @@ class Job:
     sample: int = 0
     options: tuple[Span, ...] = field(default=(), compare=False)
     """The sentences the job may quote; computed from the chunk and the instruction when not given."""
+    knowledge: Knowledge = field(default=GENERAL, compare=False, repr=False)
+    """What the documents add to the core of search (``search.profiles``), for choosing the sentences."""
 
     def __post_init__(self) -> None:
         if not self.options:
-            object.__setattr__(self, "options", tuple(candidates(self.chunk, self.instruction)))
+            found = candidates(self.chunk, self.instruction, knowledge=self.knowledge)
+            object.__setattr__(self, "options", tuple(found))
 
     @property
     def label(self) -> str:

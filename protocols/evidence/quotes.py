@@ -20,8 +20,8 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from ..search.bm25 import asks_for_quantity
 from ..search.figures import figure_share, figures
+from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import word_order
 
 __all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
@@ -141,15 +141,16 @@ def labeled(text: str) -> list[tuple[str, Span]]:
     return [(LABELS[i] if i < len(LABELS) else "", s) for i, s in enumerate(spans(text))]
 
 
-def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES) -> list[Span]:
-    """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``), best first;
-    ties in document order. For a question that asks for a quantity, a span that states no value (no figure, or
-    only years and list numbers: a table's header row) weighs ``NO_VALUE_WEIGHT`` of its score."""
+def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES, knowledge: Knowledge = GENERAL) -> list[Span]:
+    """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``, terms in
+    ``knowledge``'s languages), best first; ties in document order. For a question that asks for a quantity, a span
+    that states no value (no figure, or only years and list numbers: a table's header row) weighs
+    ``NO_VALUE_WEIGHT`` of its score."""
     found = spans(chunk.text)
     all_spans = [s for s in found if _statement(s.text)] or [s for s in found if len(s.text) >= 3]
     texts = [s.text for s in all_spans]
-    order = word_order(texts, question)
-    if asks_for_quantity(question):
+    order = word_order(texts, question, knowledge=knowledge)
+    if knowledge.asks_for_quantity(question):
         weighed = [(i, score if states_value(texts[i]) else score * NO_VALUE_WEIGHT) for i, score in order]
         order = sorted(weighed, key=lambda item: (-item[1], item[0]))
     return [all_spans[i] for i, _ in order[:k]]

@@ -1,6 +1,7 @@
 """How the local model reads documents it cannot read whole: rank the chunks, read the best, keep the evidence.
 
-    rank      BM25 over the question, with the figure prior (``protocols.search.ranking.lexical_rank``)
+    rank      BM25 over the question, with the figure prior (``protocols.search.ranking.lexical_rank``), fused with
+              meaning where an embedding model is to hand (``rank``: as a library ranks its own)
     read      evidence-first jobs (``protocols.evidence.jobs``) over the best ``read_chunks``: each picks the sentence
     of
               its chunk that answers (named by its line's label where the local model reports
@@ -27,6 +28,7 @@ from minions.types import ChatRequest, SamplingParams
 
 from ..context import RunContext
 from ..result import Evidence, JobRecord
+from ..search.meaning import rank_loaded
 from ..search.ranking import Ranked, lexical_rank
 from .citations import Finding
 from .jobs import Job, job_request, run_jobs, scores_sentences
@@ -40,6 +42,7 @@ __all__ = [
     "chunk_evidence",
     "evidence",
     "finding_evidence",
+    "rank",
     "read",
     "within_budget",
 ]
@@ -70,10 +73,9 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
     if ctx.ranking is not None:
         ranked, total = list(ctx.ranking.ranked), ctx.ranking.chunks
     else:
-        with ctx.timed("rank"):
-            ranked = lexical_rank(chunks, query or question, question=question)
+        ranked = rank(ctx, chunks, question, query=query)
     n = min(ctx.options.read_chunks, len(ranked))
-    jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk) for i, r in enumerate(ranked[:n])]
+    jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk, knowledge=ctx.knowledge) for i, r in enumerate(ranked[:n])]
     by_model = within_budget(ctx, jobs)
     read_records = iter(run_jobs(ctx, [j for j, model in zip(jobs, by_model, strict=True) if model]))
     records = [next(read_records) if model else by_words(job) for job, model in zip(jobs, by_model, strict=True)]
@@ -82,6 +84,22 @@ def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]
     _count(ctx, total, n, ranked, scored=scores_sentences(ctx), by_words=by_model.count(False))
     return Reading(ranked, jobs, records)
+
+
+def rank(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str | None = None) -> list[Ranked]:
+    """``chunks`` ranked for ``question`` as a library ranks its own: by words (BM25 over ``query``, default the
+    question, with what the documents' profile adds: ``lexical_rank``) and, where they outnumber what is read and an
+    embedding model is to hand (``RunContext.embedder``), by meaning too (``meaning.rank_loaded``)."""
+    with ctx.timed("rank"):
+        ranked = lexical_rank(chunks, query or question, question=question, knowledge=ctx.knowledge)
+        if len(chunks) <= ctx.options.read_chunks:
+            return ranked  # every chunk is read: the order by words is enough
+        if ctx.embedder is None:
+            ctx.reading["meaning"] = "off"
+            return ranked
+        ranked = rank_loaded(chunks, ranked, question, ctx.embedder)
+        ctx.reading["meaning"] = ctx.embedder.name
+        return ranked
 
 
 @runtime_checkable

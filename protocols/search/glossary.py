@@ -1,9 +1,10 @@
-"""Analysts' terms, and the words of the lines that hold them.
+"""The filings profile's glossary: analysts' terms, and the words of the lines that hold them.
 
 A question asks for a measure ("working capital", "free cash flow", "capex"); a filing prints the lines it is
 computed from ("Total current assets", "Purchases of property, plant and equipment") in a statement whose title
 names it ("Consolidated Balance Sheets"). Words alone cannot meet there, and the small local model cannot bridge
-the gap either, so ``expand`` adds each measure's lines and statement to the words a question is ranked by.
+the gap either, so the glossary adds each measure's lines and statement to the words a question is ranked by,
+where the question reaches filings (``search.profiles``: a question over papers or manuals gets none of it).
 
 The table is textbook definitions of common financial measures (how each is computed, from which statement), not
 answers: it names no company, year or document. Measured on FinanceBench with ``minions bench evidence
@@ -13,9 +14,7 @@ is ranked as before.
 
 from __future__ import annotations
 
-import re
-
-__all__ = ["GLOSSARY", "expand"]
+__all__ = ["GLOSSARY"]
 
 _BALANCE = "consolidated balance sheet"
 _INCOME = "consolidated statement of operations income earnings"
@@ -75,10 +74,3 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     (r"restructuring", "restructuring charges"),
 )
 """(pattern over the question, case-insensitive; the words added)."""
-
-_COMPILED = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in GLOSSARY)
-
-
-def expand(question: str) -> str:
-    """The words of the lines and statements behind the measures ``question`` names ("" when it names none)."""
-    return " ".join(words for pattern, words in _COMPILED if pattern.search(question))

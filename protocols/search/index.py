@@ -2,9 +2,11 @@
 
 One SQLite file holds, per document, its text (compressed, with pages and sections), its routing profile
 (``protocols.search.routing``) and its chunks, each with its document, pages and section; FTS5 keeps the chunks' terms.
-The terms are ours (``protocols.search.bm25.tokenize``: stop words dropped, plurals made singular), written into
-FTS5 as space-separated words, so FTS5 ranks by BM25 over the same terms the in-memory ranking uses; the figure
-prior for quantity questions (``protocols.search.ranking.FIGURE_WEIGHT``) multiplies FTS5's score in the same query.
+The terms are ours (``protocols.search.words.tokenize``: Unicode words, stop words dropped and stemmed in the
+document's language, which its profile keeps), written into FTS5 as space-separated words, so FTS5 ranks by BM25
+over the same terms the in-memory ranking uses; a question is made terms in the languages of the documents it
+searches. The figure prior for quantity questions (``protocols.search.ranking.FIGURE_WEIGHT``) multiplies FTS5's
+score in the same query.
 
     index = SqliteIndex("library.sqlite")
     index.add(doc, chunks, key="/path/10K.pdf", sha256=digest)   # one transaction: all of it or nothing
@@ -34,15 +36,16 @@ from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
 from minions.sqlite import write_transaction
 
-from .bm25 import asks_for_quantity, tokenize
 from .figures import figure_share
+from .profiles import GENERAL, Knowledge
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .vectors import SCHEMA as VECTORS_SCHEMA
 from .vectors import VectorMatrix, load_matrix, nearest, similarities, store_vectors, unembedded
+from .words import DEFAULT_LANGUAGE, tokenize
 
 __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what is stored changes (the terms, the chunk fields, the routing profile): an index of another format
 is emptied, its documents kept aside (``outdated``), and ``Library`` indexes them again from their stored text."""
 PRIOR_POOL = 300
@@ -77,9 +80,11 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks(doc, idx);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_terms USING fts5(
-    terms, doc, content='chunks', content_rowid='id', tokenize='unicode61 remove_diacritics 0'
+    terms, doc, content='chunks', content_rowid='id', tokenize="unicode61 remove_diacritics 0 categories 'L* N* Co M*'"
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS doc_terms USING fts5(terms, tokenize='unicode61 remove_diacritics 0');
+CREATE VIRTUAL TABLE IF NOT EXISTS doc_terms USING fts5(
+    terms, tokenize="unicode61 remove_diacritics 0 categories 'L* N* Co M*'"
+);
 CREATE VIRTUAL TABLE IF NOT EXISTS doc_vocab USING fts5vocab(doc_terms, 'row');
 """
 _OUTDATED = """CREATE TABLE IF NOT EXISTS outdated (
@@ -139,6 +144,7 @@ class ChunkIndex(Protocol):
         documents: Sequence[str] | None = None,
         k: int = 20,
         names: Sequence[str] = (),
+        knowledge: Knowledge = GENERAL,
     ) -> list[Ranked]: ...
     def chunk_count(self, documents: Sequence[str] | None = None) -> int: ...
     def document_frequency(self, terms: Sequence[str]) -> dict[str, int]: ...
@@ -184,9 +190,9 @@ def _ranked(row: Sequence[Any], score: float) -> Ranked:
     return Ranked(Chunk(name, idx, text, start, end, tuple(json.loads(pages)), section), score)
 
 
-def match_expression(query: str) -> str | None:
-    """An FTS5 query for any of ``query``'s terms (ours, quoted); None when it has none."""
-    terms = list(dict.fromkeys(tokenize(query)))
+def match_expression(query: str, languages: Sequence[str] = (DEFAULT_LANGUAGE,)) -> str | None:
+    """An FTS5 query for any of ``query``'s terms (ours, in ``languages``, quoted); None when it has none."""
+    terms = list(dict.fromkeys(tokenize(query, languages)))
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
@@ -340,7 +346,9 @@ class SqliteIndex:
     def add(
         self, doc: Document, chunks: Sequence[Chunk], *, key: str, sha256: str, size: int, profile: dict[str, Any]
     ) -> IndexedDocument:
-        """Add ``doc`` and its ``chunks`` (replacing what ``key`` held before), in one transaction."""
+        """Add ``doc`` and its ``chunks`` (replacing what ``key`` held before), in one transaction; their terms are
+        made in ``profile``'s language."""
+        language = (str(profile.get("language") or DEFAULT_LANGUAGE),)
         rows = [
             (
                 c.index,
@@ -350,7 +358,7 @@ class SqliteIndex:
                 c.section,
                 min(figure_share(c.text), FIGURE_CAP),
                 c.text,
-                " ".join(tokenize(c.text)),
+                " ".join(tokenize(c.text, language)),
             )
             for c in chunks
         ]
@@ -407,19 +415,20 @@ class SqliteIndex:
         documents: Sequence[str] | None = None,
         k: int = 20,
         names: Sequence[str] = (),
+        knowledge: Knowledge = GENERAL,
     ) -> list[Ranked]:
-        """The ``k`` chunks that rank best for ``query`` (BM25 over our terms and the glossary's,
-        ``ranking.search_terms``, times the figure prior when ``question``, default the query, asks for a
-        quantity), among ``documents`` (names; None: all), best first, pages spread (``ranking.spread_pages``);
-        ties keep the chunks' order. ``names``: terms that named ``documents`` (``routing.Route.names``), each
-        weighed by how many of their chunks hold it, as a search of those documents alone would weigh it (a
-        company's name is rare in the library and in most chunks of its own filings: weighed by the library, it
-        ranks first the chunks that say the name most, an exhibit list, a subsidiary's)."""
-        expression = search_terms(query, question)
-        terms = match_expression(expression)
+        """The ``k`` chunks that rank best for ``query`` (BM25 over our terms in ``knowledge``'s languages and what
+        its glossary adds, ``ranking.search_terms``, times the figure prior when ``question``, default the query,
+        asks for a quantity), among ``documents`` (names; None: all), best first, pages spread
+        (``ranking.spread_pages``); ties keep the chunks' order. ``names``: terms that named ``documents``
+        (``routing.Route.names``), each weighed by how many of their chunks hold it, as a search of those documents
+        alone would weigh it (a company's name is rare in the library and in most chunks of its own filings: weighed
+        by the library, it ranks first the chunks that say the name most, an exhibit list, a subsidiary's)."""
+        expression = search_terms(query, question, knowledge)
+        terms = match_expression(expression, knowledge.languages)
         if terms is None or k <= 0:
             return []
-        weight = FIGURE_WEIGHT if asks_for_quantity(question if question is not None else query) else 0.0
+        weight = FIGURE_WEIGHT if knowledge.asks_for_quantity(question if question is not None else query) else 0.0
         match, scope = f"terms : ({terms})", None
         with self._lock:
             if documents is not None:
@@ -439,7 +448,7 @@ class SqliteIndex:
             ).fetchall()
             if not hits:
                 return []
-            asked = set(tokenize(expression)) if names and scope is not None else set()
+            asked = set(tokenize(expression, knowledge.languages)) if names and scope is not None else set()
             named = [t for t in dict.fromkeys(names) if t in asked]
             surplus = self._names_surplus([i for i, _ in hits], named, scope) if named and scope is not None else {}
             # the pool's places and figures only (no text): the k kept are read whole below

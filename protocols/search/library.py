@@ -11,9 +11,11 @@ replaced, ``refresh`` re-reads what changed and drops what is gone. A file that 
 its reason and the others go on. The local model is not needed for any of it: its chunk states are saved when a
 question reads a chunk (``warm=True`` computes them all ahead, ``protocols.search.warming``).
 
-A question is answered in two steps: ``route`` picks the documents it is about (company, period, form: from
-their covers, ``protocols.search.routing``), then the index ranks their chunks by words; the protocol reads the best
-(``RunOptions.read_chunks``) and ``RunResult.reading["library"]`` says which documents were considered and why.
+A question is answered in two steps: ``route`` picks the documents it is about (a title or a company on their
+covers; for filings, period and form: ``protocols.search.routing``), then the index ranks chunks by words and
+meaning, the routed documents' lifted above the others' (a route is evidence, not a wall: a wrong one costs places,
+not the answer); the protocol reads the best (``RunOptions.read_chunks``) and ``RunResult.reading["library"]`` says
+which documents were considered and why.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,14 +40,16 @@ from minions.errors import ConfigError, DocumentError
 from ..factory import get_protocol
 from ..options import RunOptions, default_protocol
 from ..result import RunResult
-from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
+from .profiles import Glossary, Knowledge, knowledge_of
 from .ranking import Ranked, Ranking, spread_pages, spread_repeats
-from .routing import COVER_CHARS, Route, name_pairs, profile, question_dates, route
+from .routing import COVER_CHARS, Route, languages, name_pairs, profile, question_dates, route
 from .warming import IndexProgress, PrefixSaver, index_documents
+from .words import tokenize
 
 __all__ = [
+    "GLOSSARY_FILE",
     "INDEX_FILE",
     "RANK_DEPTH",
     "AddProgress",
@@ -60,11 +64,16 @@ log = logging.getLogger(__name__)
 
 INDEX_FILE = "library.sqlite"
 """The index's file name inside a library folder."""
+GLOSSARY_FILE = "glossary.json"
+"""A user's glossary beside the index (``profiles.Glossary.load``): read when the library is opened."""
 RANK_DEPTH = 50
 """Chunks a search returns, best first: what the protocols read from (they read ``read_chunks`` of them)."""
 OTHER_DOCUMENT = 0.5
 """A chunk of a routed document after the first scores this share of its words' score: the first document is
 the one the question names best (library recall @10 0.636 against 0.589 with all routed documents alike)."""
+OUTSIDE_ROUTE = 0.25
+"""A chunk of a document the question was not routed to scores this share of its words' score: the route lifts
+its documents, and the others still reach the ranking (docs/library.md, "A route is evidence, not a wall")."""
 ROUTE_CHECK = 10
 ROUTE_AGREEMENT = 0.2
 """With meaning vectors, a route is kept when at least this share of the ``ROUTE_CHECK`` chunks closest in meaning
@@ -141,17 +150,22 @@ def search_library(
     embedder: Embedder | None = None,
     weight: float = MEANING_WEIGHT,
     asked: Any = None,
+    glossary: Glossary | None = None,
+    outside: float = OUTSIDE_ROUTE,
 ) -> LibrarySearch:
-    """Route ``question`` among ``documents`` (names; None: the whole library), then rank the routed documents'
-    chunks by words (each routed document after the first at ``OTHER_DOCUMENT`` of its score) and, with an
-    ``embedder`` whose vectors the index holds, by meaning too, over all of ``documents`` (``meaning.fuse``,
-    ``weight`` on meaning); a chunk that repeats a better one comes after the others (``ranking.spread_repeats``).
+    """Route ``question`` among ``documents`` (names; None: the whole library), then rank chunks by words over all
+    of ``documents``, the routed documents' lifted (the first at its words' score, the other routed ones at
+    ``OTHER_DOCUMENT`` of theirs, the rest at ``outside``) and, with an ``embedder`` whose vectors the index holds,
+    by meaning too (``meaning.fuse``, ``weight`` on meaning); a chunk that repeats a better one comes after the
+    others (``ranking.spread_repeats``). What the documents' profiles add (``profiles.knowledge_of``: their
+    languages, the filings' glossary where the question reaches filings) applies, with a user's ``glossary``.
     ``asked``: the question's vector, where the caller has it."""
     started = time.perf_counter()
     every = index.documents()
     records = [d for d in every if documents is None or d.name in documents]
     profiles = {d.name: d.profile for d in records}
-    frequency = index.document_frequency(tokenize(question))
+    spoken = languages(profiles.values())
+    frequency = index.document_frequency(tokenize(question, spoken))
     if pairs := index.phrase_documents(name_pairs(question, profiles)):
         frequency |= {pair: len(docs) for pair, docs in pairs.items()}
         pairs = index.phrase_documents(list(pairs), before=COVER_CHARS)
@@ -161,21 +175,27 @@ def search_library(
     routed = time.perf_counter()
     everywhere = [d.name for d in records] if documents is not None else None
     about: dict[str, Any] = {"meaning": "off"}
-    if embedder is None:
-        ranked = _by_words(index, question, found, found.documents if found.routed else everywhere, k)
-    else:
+    near: list[Ranked] = []
+    vector = None
+    if embedder is not None:
         vector = asked if asked is not None else embedder.embed([question], query=True)[0]
         near = index.meaning_search(vector, documents=documents, k=MEANING_DEPTH)
         if found.routed and near and _route_doubted(found, near):
             about["route_doubted"] = found.documents
             found = Route([d.name for d in records], {}, found.considered, False)
-        scope = found.documents if found.routed else everywhere
-        words = _by_words(index, question, found, scope, max(k, MEANING_DEPTH))[:MEANING_DEPTH]
+    reached = [profiles[n] for n in found.documents if n in profiles] if found.routed else list(profiles.values())
+    known = replace(knowledge_of(reached, glossary), languages=spoken)
+    depth = max(k, MEANING_DEPTH) if near else k
+    words = _by_words(index, question, found, everywhere, depth, known, outside)
+    if embedder is not None:
+        words = words[:MEANING_DEPTH]
         closeness = index.similarities(vector, [(r.chunk.document, r.chunk.index) for r in words]) if near else []
         ranked = spread_pages(fuse(words, closeness, near, weight=weight)) if near else words
         about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
-    ranked = spread_repeats(ranked[:k], copies={d.name: d.sha256 for d in every})
-    total = index.chunk_count(found.documents)
+    else:
+        ranked = words
+    ranked = spread_repeats(ranked[:k])
+    total = index.chunk_count(documents)
     seconds = time.perf_counter() - started
     about |= {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
               "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
@@ -185,25 +205,43 @@ def search_library(
 def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:
     """Whether meaning doubts the route: fewer than ``ROUTE_AGREEMENT`` of the ``ROUTE_CHECK`` chunks closest in
     meaning (over the whole library) lie in the routed documents. A question's words found on a cover may name no
-    document (a paper's question shares words with other papers' titles), and routing by them would keep the
-    words' search from the document meant."""
+    document (a paper's question shares words with other papers' titles), and routing by them would lift chunks
+    of the wrong document."""
     closest = near[:ROUTE_CHECK]
     inside = sum(r.chunk.document in found.documents for r in closest)
     return inside < ROUTE_AGREEMENT * len(closest)
 
 
-def _by_words(index: ChunkIndex, question: str, found: Route, scope: Sequence[str] | None, k: int) -> list[Ranked]:
+def _by_words(
+    index: ChunkIndex,
+    question: str,
+    found: Route,
+    scope: Sequence[str] | None,
+    k: int,
+    knowledge: Knowledge,
+    outside: float,
+) -> list[Ranked]:
+    """The ``k`` best chunks of ``scope`` (None: every document) by words, a route's documents lifted
+    (``search_library``)."""
     if not found.routed:
-        return index.search(question, documents=scope, k=k, names=found.names)
+        return index.search(question, documents=scope, k=k, names=found.names, knowledge=knowledge)
     # one search over the routed documents (each search reads the terms' postings of the whole library),
     # deep enough that the first document's chunks are all there after the others' are weighed down
     first = found.documents[0]
     ranked = [
         r if r.chunk.document == first else replace(r, score=r.score * OTHER_DOCUMENT)
-        for r in index.search(question, documents=found.documents, k=k * len(found.documents), names=found.names)
+        for r in index.search(
+            question, documents=found.documents, k=k * len(found.documents), names=found.names, knowledge=knowledge
+        )
     ]
-    ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order
-    return spread_pages(ranked)  # the sort by score undid the index's spread
+    routed = set(found.documents)
+    ranked += [
+        replace(r, score=r.score * outside)
+        for r in index.search(question, documents=scope, k=k, knowledge=knowledge)
+        if r.chunk.document not in routed
+    ]
+    ranked.sort(key=lambda r: -r.score)  # stable: ties keep the index's order, the routed documents' first
+    return spread_pages(ranked)[:k]  # the sort by score undid the index's spread
 
 
 def _index_path(path: str | os.PathLike[str] | None) -> str:
@@ -243,9 +281,15 @@ class Library:
         index: ChunkIndex | None = None,
         embeddings: str | Embedder | None = None,
         allow_egress: bool = False,
+        glossary: str | os.PathLike[str] | Mapping[str, str] | Glossary | None = None,
         **options: Any,
     ) -> None:
         self.index = index if index is not None else SqliteIndex(_index_path(path))
+        beside = Path(self.index.path).parent / GLOSSARY_FILE if self.index.path != ":memory:" else None
+        self.glossary = Glossary.load(glossary if glossary is not None or beside is None or not beside.is_file()
+                                      else beside)  # fmt: skip
+        """A user's glossary (pattern -> words added to a question that names it): ``glossary``, else the file
+        ``GLOSSARY_FILE`` beside the index, else none."""
         self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
         """The model that gives each chunk a meaning vector (``backends.embeddings``; "auto" by default, None: the
         library searches by words alone)."""
@@ -430,7 +474,9 @@ class Library:
             missing = [n for n in documents if n not in {d.name for d in self.index.documents()}]
             if missing:
                 self.document(missing[0])  # raises, naming what there is
-        return search_library(self.index, question, documents=documents, k=k, embedder=self.embedder)
+        return search_library(
+            self.index, question, documents=documents, k=k, embedder=self.embedder, glossary=self.glossary
+        )
 
     def sources(
         self,

@@ -16,20 +16,32 @@ resumable: what has a vector is not embedded again), and a question's search mix
 Each chunk is embedded with a short header of where it stands (``chunk_header``: its document's name, form and
 year, and its section), so "Boeing's 2022 auditor" meets the auditor's report of that filing. A document whose
 vectors are not computed yet is searched by words alone, and the search says so (``about["meaning"]``).
+
+Documents asked about without a library (``minions ask FILE``, the SDK over loaded documents) are ranked the same
+way (``rank_loaded``): their chunks by words, fused with their chunks by meaning, each chunk's vector computed once
+and kept in a cache file by the hash of what was embedded (``VectorCache``), so a second question costs one
+embedding, the question's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minions.backends.embeddings import Embedder
+import numpy as np
 
-from .ranking import Ranked
+from minions.backends.embeddings import Embedder
+from minions.chunking import Chunk
+from minions.paths import cache_dir
+
+from .ranking import Ranked, spread_pages
 
 if TYPE_CHECKING:
     from .index import ChunkIndex
@@ -39,11 +51,13 @@ __all__ = [
     "MEANING_DEPTH",
     "MEANING_WEIGHT",
     "EmbedProgress",
+    "VectorCache",
     "chunk_header",
     "embed_missing",
     "fuse",
     "meaning_order",
     "meaning_scores",
+    "rank_loaded",
 ]
 
 log = logging.getLogger(__name__)
@@ -157,3 +171,74 @@ def meaning_scores(embedder: Embedder, question: str, texts: Sequence[str]) -> l
 def meaning_order(ranked: Sequence[Ranked], scores: Sequence[float]) -> list[Ranked]:
     """``ranked`` by meaning alone (``scores``, one per item), closest first; ties keep their order."""
     return [ranked[i] for i in sorted(range(len(ranked)), key=lambda i: (-scores[i], i))]
+
+
+VECTOR_CACHE_FILE = "vectors.sqlite"
+"""The cache of loaded documents' chunk vectors, in ``minions.paths.cache_dir()``."""
+
+
+class VectorCache:
+    """Chunk vectors kept by model and by the hash of the text embedded (a SQLite file; ``":memory:"`` for one that
+    lives as long as the object). A file read again, or the same chunk in another run, is not embedded again."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = str(path if path is not None else cache_dir() / VECTOR_CACHE_FILE)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (model TEXT, digest TEXT, vec BLOB NOT NULL, "
+                "PRIMARY KEY (model, digest))"
+            )
+
+    def vectors(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+        """``texts``' vectors (one row each) by ``embedder``: those cached read, the others embedded and kept."""
+        digests = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for start in range(0, len(digests), 500):
+                part = digests[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows = self._db.execute(
+                    f"SELECT digest, vec FROM vectors WHERE model = ? AND digest IN ({marks})", [embedder.name, *part]
+                )
+                found |= {d: np.frombuffer(v, dtype=np.float16).astype(np.float32) for d, v in rows}
+        missing = list(dict.fromkeys(d for d in digests if d not in found))
+        if missing:
+            at = {d: i for i, d in enumerate(digests)}
+            made = embedder.embed([texts[at[d]] for d in missing])
+            found |= dict(zip(missing, (np.asarray(v, dtype=np.float32) for v in made), strict=True))
+            with self._lock:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
+                    [(embedder.name, d, found[d].astype(np.float16).tobytes()) for d in missing],
+                )
+        return np.stack([found[d] for d in digests]) if digests else np.zeros((0, 0), dtype=np.float32)
+
+
+def rank_loaded(
+    chunks: Sequence[Chunk],
+    words: Sequence[Ranked],
+    question: str,
+    embedder: Embedder,
+    *,
+    cache: VectorCache | None = None,
+    weight: float = MEANING_WEIGHT,
+) -> list[Ranked]:
+    """``chunks`` (of documents not in a library) ranked as a library ranks its own: ``words`` (every chunk, best
+    first by words: ``ranking.lexical_rank``) fused with the chunks closest to ``question`` in meaning (``fuse``),
+    pages spread. Each chunk is embedded with its header (``chunk_header``), through ``cache``."""
+    texts = [f"{chunk_header(c.document, None, c.section)}\n{c.text}" for c in chunks]
+    vectors = (cache or VectorCache()).vectors(embedder, texts)
+    asked = embedder.embed([question], query=True)[0]
+    cosine = vectors @ np.asarray(asked, dtype=np.float32).reshape(-1)
+    place = {(c.document, c.index): i for i, c in enumerate(chunks)}
+    by_words = list(words[:MEANING_DEPTH])
+    closeness = [float(cosine[place[(r.chunk.document, r.chunk.index)]]) for r in by_words]
+    nearest = sorted(range(len(chunks)), key=lambda i: (-float(cosine[i]), i))[:MEANING_DEPTH]
+    near = [Ranked(chunks[i], float(cosine[i])) for i in nearest]
+    fused = spread_pages(fuse(by_words, closeness, near, weight=weight))
+    kept = {(r.chunk.document, r.chunk.index) for r in fused}
+    return fused + [r for r in words if (r.chunk.document, r.chunk.index) not in kept]

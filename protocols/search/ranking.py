@@ -1,8 +1,8 @@
 """Which chunks the local model reads, best first.
 
-    1. lexical: BM25 over the query (the question, and a plan's instruction and keywords, with the lines and
-       statements behind the measures it names, ``protocols.search.glossary``), times a prior for passages dense in
-       figures when the question asks for a quantity (``FIGURE_WEIGHT``);
+    1. lexical: BM25 over the query (the question, and a plan's instruction and keywords, with what the documents'
+       profile adds: for filings, the lines and statements behind the measures it names, ``search.profiles``),
+       times a prior for passages dense in figures when the question asks for a quantity (``FIGURE_WEIGHT``);
     2. ``spread_pages``: one chunk of each page first, so the chunks read show as many pages as they can; in a
        library, ``spread_repeats`` then puts after the others a chunk that repeats a better one (the same note
        in the next year's filing);
@@ -20,9 +20,10 @@ from typing import Any
 
 from minions.chunking import Chunk
 
-from .bm25 import BM25, asks_for_quantity, term_set
+from .bm25 import BM25
 from .figures import figure_share
-from .glossary import expand
+from .profiles import GENERAL, Knowledge
+from .words import term_set
 
 __all__ = [
     "FIGURE_WEIGHT",
@@ -69,13 +70,15 @@ class Ranking:
     """How the search went, for ``RunResult.reading["library"]``: the documents considered and why, its time."""
 
 
-def word_order(texts: Sequence[str], query: str, *, question: str | None = None) -> list[tuple[int, float]]:
-    """``texts`` ranked by BM25 over ``query``, times the figure prior when ``question`` (default: the query) asks
-    for a quantity: (index, score), best first; ties keep their order."""
+def word_order(
+    texts: Sequence[str], query: str, *, question: str | None = None, knowledge: Knowledge = GENERAL
+) -> list[tuple[int, float]]:
+    """``texts`` ranked by BM25 over ``query`` (terms in ``knowledge``'s languages), times the figure prior when
+    ``question`` (default: the query) asks for a quantity: (index, score), best first; ties keep their order."""
     if not texts:
         return []
-    bm25 = BM25(texts)
-    quantity = asks_for_quantity(question if question is not None else query)
+    bm25 = BM25(texts, languages=knowledge.languages)
+    quantity = knowledge.asks_for_quantity(question if question is not None else query)
     scores = []
     for i, text in enumerate(texts):
         s = bm25.score(query, i)
@@ -85,11 +88,11 @@ def word_order(texts: Sequence[str], query: str, *, question: str | None = None)
     return sorted(((i, s) for i, s in enumerate(scores)), key=lambda item: (-item[1], item[0]))
 
 
-def search_terms(query: str, question: str | None = None) -> str:
-    """What chunks are ranked by: ``query``, then the lines and statements behind the measures that it or
-    ``question`` names (``protocols.search.glossary``)."""
+def search_terms(query: str, question: str | None = None, knowledge: Knowledge = GENERAL) -> str:
+    """What chunks are ranked by: ``query``, then the words that ``knowledge``'s glossary adds for what it or
+    ``question`` names (the filings profile's: the lines and statements behind a measure, ``search.glossary``)."""
     asked = query if question is None or question == query else f"{query}\n{question}"
-    added = expand(asked)
+    added = knowledge.expand(asked)
     return f"{query}\n{added}" if added else query
 
 
@@ -101,25 +104,20 @@ def spread_pages(ranked: Sequence[Ranked]) -> list[Ranked]:
     return [ranked[i] for i in page_spread(pages)]
 
 
-def spread_repeats(
-    ranked: Sequence[Ranked], share: float = REPEAT_SHARE, copies: Mapping[str, str] | None = None
-) -> list[Ranked]:
+def spread_repeats(ranked: Sequence[Ranked], share: float = REPEAT_SHARE) -> list[Ranked]:
     """``ranked`` with each chunk that repeats a better one (its words and the better one's, as sets, the same
     for at least ``share`` of both together: the same note in the next year's filing, a paragraph a document
-    says twice) after the others, each part in its order: the chunks read say more things. ``copies``: each
-    document's file digest; two copies of one file are not each other's repeats (which copy a question means,
-    the ranking cannot tell), so their chunks keep their places side by side."""
-    copies = copies or {}
-    said: list[tuple[str, str, set[str]]] = []  # (document, its digest, a kept chunk's words)
+    says twice, the same chunk of a copy of the same file) after the others, each part in its order: the chunks
+    read say more things."""
+    said: list[set[str]] = []  # a kept chunk's words
     first: list[Ranked] = []
     later: list[Ranked] = []
     for r in ranked:
-        document, words = r.chunk.document, term_set(r.chunk.text)
-        digest = copies.get(document, document)
-        if any(_repeats(words, other, share) for where, its, other in said if where == document or its != digest):
+        words = term_set(r.chunk.text)
+        if any(_repeats(words, other, share) for other in said):
             later.append(r)
             continue
-        said.append((document, digest, words))
+        said.append(words)
         first.append(r)
     return first + later
 
@@ -149,9 +147,13 @@ def page_spread(pages: Sequence[Hashable | None]) -> list[int]:
     return first + later
 
 
-def lexical_rank(chunks: Sequence[Chunk], query: str, *, question: str | None = None) -> list[Ranked]:
-    """Every chunk, ranked by ``word_order`` over ``search_terms``, pages spread (``spread_pages``)."""
-    order = word_order([c.text for c in chunks], search_terms(query, question), question=question or query)
+def lexical_rank(
+    chunks: Sequence[Chunk], query: str, *, question: str | None = None, knowledge: Knowledge = GENERAL
+) -> list[Ranked]:
+    """Every chunk, ranked by ``word_order`` over ``search_terms``, pages spread (``spread_pages``); ``knowledge``:
+    what the chunks' documents add to the core (``profiles.knowledge_of``)."""
+    terms = search_terms(query, question, knowledge)
+    order = word_order([c.text for c in chunks], terms, question=question or query, knowledge=knowledge)
     return spread_pages([Ranked(chunks[i], s) for i, s in order])
 
 

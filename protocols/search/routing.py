@@ -1,12 +1,13 @@
 """Which documents of a library a question is about: the first level of ranking a library.
 
-Each document gets a ``profile`` when it is indexed, read off its first page, where filings and reports say who
-they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal year ended December 31, 2018 ...
-3M COMPANY"; a press release's headline):
+Each document gets a ``profile`` when it is indexed, read off its first page, where a paper has its title, a
+manual its command and a filing or report who it is about and when (the cover page of a 10-K: "FORM 10-K ... For
+the fiscal year ended December 31, 2018 ... 3M COMPANY"; a press release's headline):
 
-    terms    the words of its opening ``COVER_CHARS`` characters (ours: ``protocols.search.bm25.tokenize``)
-    form     10-K, 10-Q, 8-K or earnings, when the cover says so
-    year     the year its period ends in (fiscal year, quarter, or date of report)
+    terms     the words of its opening ``COVER_CHARS`` characters (ours, in its language: ``search.words``)
+    language  the language of its text, and its ``kind`` (``search.profiles.describe``)
+    form      for a filing only (``search.profiles``): 10-K, 10-Q, 8-K or earnings, when the cover says so
+    year      for a filing only: the year its period ends in (fiscal year, quarter, or date of report)
 
 ``route`` scores each document for a question:
 
@@ -15,11 +16,11 @@ they are about and when (the cover page of a 10-K: "FORM 10-K ... For the fiscal
              and two words of a name the question writes with capitals, side by side on the cover ("Best Buy":
              "best" and "buy" are in most filings, the two together in Best Buy's), weighted by how few documents
              hold them side by side, less what the words say alone (``name_pairs``)
-    year     the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2 2023, else
-             its latest year) against the document's: the same year best, the year after next best (a later
+    year     (filings) the year of the period the question asks about (its latest FY2018, FY18, fiscal 2018 or Q2
+             2023, else its latest year) against the document's: the same year best, the year after next best (a later
              report covers it too), the year before a little, any other nothing; a day the question names on an
              8-K's cover (its date of report) counts as much again (``question_dates``)
-    form     the form the question names (10-K, 10-Q, 8-K, earnings; a quarter it names: a 10-Q or an earnings
+    form     (filings) the form the question names (10-K, 10-Q, 8-K, earnings; a quarter it names: a 10-Q or an earnings
              release) against the document's
 
 and keeps the documents whose name score is near the best (``NAME_SHARE``) or that hold the best one's rarest
@@ -34,19 +35,21 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from minions.documents import Document
 
-from .bm25 import tokenize
+from .profiles import FILINGS, describe
+from .words import DEFAULT_LANGUAGE, tokenize
 
 __all__ = [
     "COVER_CHARS",
     "MAX_ROUTED",
     "Route",
+    "languages",
     "name_pairs",
     "period_year",
     "profile",
@@ -106,9 +109,13 @@ _Q_FORMS = (
 
 
 def profile(doc: Document, chunks: int = 0) -> dict[str, Any]:
-    """What routing knows of ``doc``: its cover's terms, its form, its year (None where not found) and its size in
-    ``chunks``."""
+    """What routing knows of ``doc``: its language and kind (``profiles.describe``), its cover's terms, for a filing
+    its form and year (None where not found, and for any other document), and its size in ``chunks``."""
+    described = describe(doc)
     cover = _SPACE.sub(" ", doc.text[:COVER_CHARS])
+    terms = sorted(set(tokenize(cover, (described["language"],))))
+    if described["kind"] != FILINGS:
+        return {**described, "terms": terms, "form": None, "year": None, "chunks": chunks}
     form_match = _FORM.search(cover)
     form = form_match.group(1).upper() if form_match else ("earnings" if _EARNINGS.search(cover[:600]) else None)
     year = None
@@ -122,7 +129,12 @@ def profile(doc: Document, chunks: int = 0) -> dict[str, Any]:
             break
     if year is None and (m := _ANY_YEAR.search(cover[:600])) is not None:
         year = int(m.group(1))
-    return {"terms": sorted(set(tokenize(cover))), "form": form, "year": year, "chunks": chunks}
+    return {**described, "terms": terms, "form": form, "year": year, "chunks": chunks}
+
+
+def languages(profiles: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The languages of documents of these ``profiles`` (a question is made terms in each)."""
+    return tuple(dict.fromkeys(str(p.get("language") or DEFAULT_LANGUAGE) for p in profiles)) or (DEFAULT_LANGUAGE,)
 
 
 def question_years(question: str) -> list[int]:
@@ -179,7 +191,7 @@ class Route:
 
 def question_dates(question: str) -> list[str]:
     """The days ``question`` names ("as of August 30, 2023"), as our terms ("august 30 2023"), to look up on covers
-    (an 8-K's date of report, a period's end)."""
+    (an 8-K's date of report, a period's end; filings are English)."""
     return list(dict.fromkeys(" ".join(tokenize(m)) for m in _DATE.findall(question)))
 
 
@@ -189,11 +201,12 @@ def name_pairs(question: str, profiles: Mapping[str, Mapping[str, Any]]) -> list
     ``route``'s ``pairs``. Each word alone may be in most documents ("best", "buy") where the two together are in
     one company's."""
     covers = [set(p.get("terms", ())) for p in profiles.values()]
+    spoken = languages(profiles.values())
     out = []
     for name in _CAPITALISED.findall(question):
         if len(name.split()) > NAME_WORDS:  # a heading, or a question in capitals throughout: no name
             continue
-        for a, b in pairwise(t for t in tokenize(name) if len(t) > 1):
+        for a, b in pairwise(t for t in tokenize(name, spoken[:1]) if len(t) > 1):
             if any(a in c and b in c for c in covers):
                 out.append(f"{a} {b}")
     return list(dict.fromkeys(out))
@@ -229,7 +242,7 @@ def route(
     for t, f in (document_frequency or {}).items():
         df[t] = max(df[t], f)
     n_docs = len(names)
-    q_terms = set(tokenize(question))
+    q_terms = set(tokenize(question, languages(profiles.values())))
     holders = {pair: set(docs) for pair, docs in (pairs or {}).items() if docs}
     for pair, docs in holders.items():
         df[pair] = max(df[pair], len(docs))
@@ -244,7 +257,7 @@ def route(
     top = max(names, key=lambda n: name_score[n])
     best = name_score[top]
     if best <= 0:
-        return _only_in(question, names, only_in or {}, limit)
+        return _only_in(q_terms, names, only_in or {}, limit)
     # the best document's rarest word names the others that hold it too, however their covers spell the rest
     # (a cover whose text came out as "MGM R ESORTS I NTERNATIONAL" still says MGM, not "MGM Resorts")
     rarest = min(matched[top], key=lambda t: (" " in t, df[t], t))
@@ -284,7 +297,7 @@ def _cover_names(
     covers = {t for p in profiles.values() for t in p.get("terms", ())}
     frequency = document_frequency or {}
     documents = library if library is not None else len(profiles)
-    asked = dict.fromkeys(tokenize(question))
+    asked = dict.fromkeys(tokenize(question, languages(profiles.values())))
     return tuple(t for t in asked if t in covers and _naming(frequency.get(t, 0), documents))
 
 
@@ -293,9 +306,9 @@ def _naming(frequency: int, documents: int) -> bool:
     return 0 < frequency <= NAMING_SHARE * documents
 
 
-def _only_in(question: str, names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
-    """The route of a question no cover names: the documents that alone hold one of its words, else every one."""
-    asked = set(tokenize(question))
+def _only_in(asked: Collection[str], names: Sequence[str], only_in: Mapping[str, Collection[str]], limit: int) -> Route:
+    """The route of a question no cover names (``asked``: its terms): the documents that alone hold one of its
+    words, else every one."""
     words = {t: [n for n in docs if n in names] for t, docs in only_in.items() if t in asked}
     held = Counter(n for docs in words.values() if len(docs) == 1 for n in docs)
     if not held:

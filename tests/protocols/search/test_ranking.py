@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from minions.chunking import Chunk
-from minions.protocols.search.bm25 import asks_for_quantity, tokenize
 from minions.protocols.search.figures import figure_share
-from minions.protocols.search.glossary import expand
+from minions.protocols.search.profiles import FILINGS_GLOSSARY, GENERAL, Knowledge
 from minions.protocols.search.ranking import (
     Ranked,
     fused_order,
@@ -15,10 +14,12 @@ from minions.protocols.search.ranking import (
     spread_pages,
     spread_repeats,
 )
+from minions.protocols.search.words import tokenize
 
 WORDS = Chunk("r", 0, "Capital expenditure plans are discussed by the board every year in capital meetings.", 0, 80)
 TABLE = Chunk("r", 1, "Capital expenditure 1,577 1,373 1,420 (305) 12% $4.2", 80, 140)
 OTHER = Chunk("r", 2, "The company sells widgets.", 140, 170)
+FILINGS = Knowledge(glossary=FILINGS_GLOSSARY, filings=True)
 
 
 def test_plurals_are_made_singular():
@@ -29,8 +30,11 @@ def test_plurals_are_made_singular():
 
 def test_figures_and_quantity_questions():
     assert figure_share("1,577 (305) 12% $4.2 words") == 0.8
-    assert asks_for_quantity("What is the FY2018 capital expenditure amount (in USD millions)?")
-    assert not asks_for_quantity("Who chairs the audit committee?")
+    assert GENERAL.asks_for_quantity("What is the FY2018 capital expenditure amount (in USD millions)?")
+    assert not GENERAL.asks_for_quantity("Who chairs the audit committee?")
+    assert GENERAL.asks_for_quantity("Wie viele Patienten wurden behandelt?")
+    # finance words ask for a figure in filings only
+    assert FILINGS.asks_for_quantity("What was 3M's capex?") and not GENERAL.asks_for_quantity("What was 3M's capex?")
 
 
 def test_the_figure_prior_lifts_tables_for_quantity_questions_only():
@@ -51,16 +55,19 @@ def test_fusion_lets_the_model_reorder_close_calls_only():
 
 
 def test_a_measure_the_question_names_brings_the_lines_it_is_computed_from() -> None:
-    assert "total current assets" in expand("Does Corning have positive working capital based on FY2022 data?")
-    assert "statement of cash flows" in expand("What is the FY2018 capital expenditure amount for 3M?")
-    assert expand("Who chairs the audit committee?") == ""
+    assert "total current assets" in FILINGS.expand("Does Corning have positive working capital based on FY2022 data?")
+    assert "statement of cash flows" in FILINGS.expand("What is the FY2018 capital expenditure amount for 3M?")
+    assert FILINGS.expand("Who chairs the audit committee?") == ""
+    assert GENERAL.expand("Does Corning have positive working capital based on FY2022 data?") == ""
     sheet = Chunk(
         "r", 0, "Consolidated Balance Sheets. Total current assets 8,123. Total current liabilities 6,500.", 0, 90
     )
     prose = Chunk("r", 1, "Our capital allocation is disciplined and we work hard for our capital base.", 90, 170)
     # the question's own words favour the prose; the measure's lines find the balance sheet
-    assert lexical_rank([prose, sheet], "Is working capital positive?")[0].chunk is sheet
-    assert search_terms("Is working capital positive?").startswith("Is working capital positive?\n")
+    assert lexical_rank([prose, sheet], "Is working capital positive?", knowledge=FILINGS)[0].chunk is sheet
+    assert search_terms("Is working capital positive?", knowledge=FILINGS).startswith("Is working capital positive?\n")
+    # outside filings the glossary adds nothing: the prose, which says the question's words, ranks first
+    assert lexical_rank([prose, sheet], "Is working capital positive?")[0].chunk is prose
 
 
 def test_pages_are_spread_best_chunk_of_each_page_first() -> None:
@@ -77,7 +84,7 @@ def test_pages_are_spread_best_chunk_of_each_page_first() -> None:
 
 def test_a_chunk_that_repeats_a_better_one_comes_after_the_others() -> None:
     """The same note in the next year's filing says nothing new: it goes after the chunks that do, in its order;
-    nothing is dropped. Two copies of one file (the same digest) keep their chunks side by side."""
+    nothing is dropped. A copy of the same file says nothing new either."""
     note = "Leases of warehouses are recognised as right-of-use assets over the lease term, at present value"
 
     def chunk(document: str, index: int, text: str) -> Ranked:
@@ -96,8 +103,8 @@ def test_a_chunk_that_repeats_a_better_one_comes_after_the_others() -> None:
         ("2019.pdf", 0),
     ]
     assert spread_repeats(ranked, share=1.0) == ranked  # nothing says exactly what a better one said
-    copies = {"2020.pdf": "same file", "2019.pdf": "same file"}
-    assert spread_repeats(ranked[:3], copies=copies) == ranked[:3]
-    # within one document a paragraph said twice is a repeat, copies or not
+    # within one document a paragraph said twice is a repeat, and so is a copy's chunk
     twice = [chunk("a.pdf", 0, note), chunk("a.pdf", 5, note), chunk("a.pdf", 2, "Rent was $4 million.")]
-    assert [r.chunk.index for r in spread_repeats(twice, copies={"a.pdf": "d"})] == [0, 2, 5]
+    assert [r.chunk.index for r in spread_repeats(twice)] == [0, 2, 5]
+    copy = [chunk("a.pdf", 0, note), chunk("a (2).pdf", 0, note), chunk("a.pdf", 2, "Rent was $4 million.")]
+    assert [r.chunk.document for r in spread_repeats(copy)] == ["a.pdf", "a.pdf", "a (2).pdf"]
