@@ -14,6 +14,11 @@ Layout: ``--data`` is a folder; the questions file (``questions``, required) has
   punctuation), the question's gold; ``kind`` and ``lang`` (optional) group the figures (``minions bench evidence``
   prints a curve per kind).
 
+Where other documents of the folder hold every quote too (a licence's clause quoted whole in a package's copyright
+file, an option two manual pages share), each is a gold of its own: the item has one set of places per document
+that holds them (as annotators, ``evidence.evidence_scores`` takes the best), so finding the passage in any of them
+counts.
+
 A question whose document is missing, or one of whose quotes is not found in it (the folder holds other versions of
 the files than those the questions were written from), is skipped with the reason; the loader logs how many.
 ``evals/bench/written/README.md`` lists the frozen sets in this layout and ``scripts/make-search-sets`` lays out
@@ -26,10 +31,11 @@ from functools import cache
 from pathlib import Path
 
 from minions.documents import Document, load_document
+from minions.documents.files import walk
 from minions.errors import DocumentError
 
 from .errors import DatasetLayoutError
-from .gold import GoldEvidence, Locator, one_annotator
+from .gold import GoldEvidence, Locator
 from .items import Dataset, EvalItem, eager, read_jsonl, require_fields, warn_skipped
 
 __all__ = ["load_folder"]
@@ -50,7 +56,7 @@ def load_folder(path: str | Path, *, questions: str | None = None) -> Dataset:
         raise DatasetLayoutError(f"No questions file at {file}: name a JSONL file (see minions.evals.folder).")
     records, bad = read_jsonl(file, "folder questions")
     skipped = {f"line {n}": "malformed JSON line" for n in bad}
-    load = cache(_load)
+    load, shelves = cache(_load), cache(_shelf)
     items: list[EvalItem] = []
     folders: list[Path] = []
     for number, record in records:
@@ -65,11 +71,12 @@ def load_folder(path: str | Path, *, questions: str | None = None) -> Dataset:
             skipped[item_id] = document
             continue
         quotes = [str(q) for q in record["evidence"] or ()]
-        places = _placed(document, quotes)
+        places = _placed(document.name, Locator(document.text), quotes)
         if not quotes or len(places) < len(quotes):
             lost = len(quotes) - len(places)
             skipped[item_id] = f"{lost} of its {len(quotes)} quotes not in {record['document']} (another version?)"
             continue
+        elsewhere = [_placed(name, found, quotes) for name, found in shelves(folder) if name != document.name]
         items.append(
             EvalItem(
                 id=item_id,
@@ -77,7 +84,7 @@ def load_folder(path: str | Path, *, questions: str | None = None) -> Dataset:
                 gold=(str(record.get("answer") or ""),),
                 metric="f1",
                 load=eager(document),
-                evidence=one_annotator(places),
+                evidence=(places, *(p for p in elsewhere if len(p) == len(quotes))),
                 metadata={"kind": record.get("kind"), "lang": record.get("lang"), "folder": str(record["folder"])},
             )
         )
@@ -96,11 +103,17 @@ def _load(path: Path) -> Document | str:
         return f"{path}: {exc}"
 
 
-def _placed(document: Document, quotes: list[str]) -> tuple[GoldEvidence, ...]:
-    """The quotes found in ``document``, each with its span."""
-    locator, places = Locator(document.text), []
+def _shelf(folder: Path) -> tuple[tuple[str, Locator], ...]:
+    """Every readable document under ``folder`` (as the library reads it), by name, ready to find quotes in."""
+    loaded = (_load(path) for path in walk(folder))
+    return tuple((doc.name, Locator(doc.text)) for doc in loaded if isinstance(doc, Document))
+
+
+def _placed(name: str, locator: Locator, quotes: list[str]) -> tuple[GoldEvidence, ...]:
+    """The quotes found in document ``name`` (its text in ``locator``), each with its span."""
+    places = []
     for quote in quotes:
         found = locator.find(quote)
         if found is not None:
-            places.append(GoldEvidence(document.name, text=quote, start=found[0], end=found[1]))
+            places.append(GoldEvidence(name, text=quote, start=found[0], end=found[1]))
     return tuple(places)

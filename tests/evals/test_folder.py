@@ -54,6 +54,14 @@ def test_quotes_are_placed_in_their_documents_and_the_library_is_the_whole_folde
     assert (fee.metadata["kind"], columns.metadata["kind"]) == ("legal", "manuals")
 
 
+def test_a_passage_that_other_documents_hold_too_is_found_in_any_of_them(tmp_path: Path) -> None:
+    questions = write_set(tmp_path, [FEE, COLUMNS])
+    (tmp_path / "lib" / "quoted.txt").write_text("The package's terms, quoted:\n" + LICENCE, encoding="utf-8")
+    fee, columns = load_dataset("folder", tmp_path, questions=str(questions)).items
+    assert [[p.document for p in places] for places in fee.evidence] == [["fee.txt"], ["quoted.txt"]]
+    assert len(columns.evidence) == 1  # its own document alone holds its quote
+
+
 def test_a_question_whose_document_or_quote_is_not_there_is_skipped_with_the_reason(tmp_path: Path, caplog) -> None:
     missing = record(3, "legal/gone.txt", ["anything"], "legal")
     edited = record(4, "legal/fee.txt", ["You may charge a reasonable fee", "a sentence it does not hold"], "legal")
