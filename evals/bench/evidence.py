@@ -37,7 +37,11 @@ With ``dataset`` (``--dataset``) another benchmark (``minions eval datasets``): 
 spans; ``qasper``: paragraphs); a set that marks none (``leval-scientific``, ``leval-financial``, ``pubmedqa``) is
 measured with ``library`` only, its gold being the question's own document: recall@10 is then whether a chunk of
 it is among the 10 best of the whole library (the summary's ``gold`` says which: ``evidence`` or ``document``).
-With ``library``, the library holds every document of the set's questions.
+With ``library``, the library holds every document of the set's questions. ``folder`` (``evals.folder``, questions
+of one's own over folders of any documents, ``evals/bench/written/``) marks each question's quoted passage, and its
+library holds every document of the folders the questions name; the summary's ``by_kind`` gives the curves per
+question ``kind`` (legal, manuals, ...). ``half`` (``--half A|B``) asks only one fixed half of the questions
+(``evals.items.half``): choose on one, report the other.
 
 With ``meaning`` (``--meaning``, with ``--library``), the library embeds every chunk (``protocols.search.meaning``,
 the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,

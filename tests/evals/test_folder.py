@@ -3,8 +3,13 @@ frozen sets of ``evals/bench/written/`` checked against the list of their docume
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import logging
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -116,3 +121,38 @@ def test_the_frozen_sets_name_documents_of_their_list() -> None:
     assert sizes["german-de.jsonl"] == {"de": 21} and sizes["german-en.jsonl"] == {"en": 21}
     german, english = ([json.loads(line) for line in (WRITTEN / n).read_text().splitlines()] for n in FROZEN[1:])
     assert [r["document"] for r in german] == [r["document"] for r in english]  # the same facts, page by page
+
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make-search-sets"
+TINY_PAGE = b".TH TINY 1\n.SH NAME\ntiny \\- trims lines\n.SH DESCRIPTION\nRemove the columns of each line.\n"
+
+
+@pytest.mark.skipif(not (shutil.which("man") and shutil.which("col")), reason="man-db is not installed")
+def test_the_documents_are_laid_out_from_their_list_and_checked_against_their_digests(tmp_path: Path) -> None:
+    """``scripts/make-search-sets``: a manual page rendered to plain text and a file copied, each checked against
+    the digest its list froze; a text that differs is written and listed (exit 2), a source not installed names the
+    package to install (exit 1)."""
+    page = tmp_path / "share" / "man" / "man1" / "tiny.1.gz"
+    page.parent.mkdir(parents=True)
+    page.write_bytes(gzip.compress(TINY_PAGE))
+    (tmp_path / "NOTICE").write_text("Some terms.\r\n\r\n", encoding="utf-8")
+    listed = [("set/tiny.1.txt", "tiny-man", str(page)), ("set/notice.txt", "tiny-doc", str(tmp_path / "NOTICE"))]
+
+    def run(digests: list[str]) -> subprocess.CompletedProcess[str]:
+        manifest = tmp_path / "list.tsv"
+        rows = ["\t".join((*row, sha)) for row, sha in zip(listed, digests, strict=True)]
+        manifest.write_text("# path\tpackage\tsource\tsha256\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        command = [sys.executable, str(SCRIPT), str(tmp_path / "out"), "--manifest", str(manifest)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    first = run(["0" * 64, "0" * 64])
+    assert first.returncode == 2 and "2 differ" in first.stdout and "differs: set/tiny.1.txt" in first.stdout
+    rendered = (tmp_path / "out" / "set" / "tiny.1.txt").read_text(encoding="utf-8")
+    assert "trims lines" in rendered and "Remove the columns of each line." in rendered and "\b" not in rendered
+    assert (tmp_path / "out" / "set" / "notice.txt").read_text(encoding="utf-8") == "Some terms.\n"
+    frozen = [hashlib.sha256((tmp_path / "out" / p).read_bytes()).hexdigest() for p, _, _ in listed]
+    again = run(frozen)
+    assert again.returncode == 0 and "2 documents written" in again.stdout and "0 differ" in again.stdout
+    (tmp_path / "NOTICE").unlink()
+    gone = run(frozen)
+    assert gone.returncode == 1 and "apt-get install -y tiny-doc" in gone.stderr
