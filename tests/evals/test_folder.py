@@ -153,6 +153,13 @@ def test_the_documents_are_laid_out_from_their_list_and_checked_against_their_di
     frozen = [hashlib.sha256((tmp_path / "out" / p).read_bytes()).hexdigest() for p, _, _ in listed]
     again = run(frozen)
     assert again.returncode == 0 and "2 documents written" in again.stdout and "0 differ" in again.stdout
+    (tmp_path / "out" / "set" / "stale.txt").write_text("left from another list", encoding="utf-8")
+    stale = run(frozen)
+    assert (
+        stale.returncode == 2
+        and "not in the list (a library of the folder would hold it; remove it): set/stale.txt" in stale.stdout
+    )
+    (tmp_path / "out" / "set" / "stale.txt").unlink()
     (tmp_path / "NOTICE").unlink()
     gone = run(frozen)
     assert gone.returncode == 1 and "apt-get install -y tiny-doc" in gone.stderr
