@@ -14,6 +14,7 @@ from minions.paths import benchmark_data
 from .bamboo import load_bamboo_paperqa
 from .errors import EvalError, UnknownDatasetError
 from .financebench import load_financebench
+from .folder import load_folder
 from .items import Dataset
 from .leval import load_leval
 from .longhealth import load_longhealth
@@ -92,6 +93,12 @@ DATASETS: dict[str, DatasetSpec] = {
             load_bamboo_paperqa,
             "BAMBOO PaperQA: multiple choice over papers",
             "paperqa_16k.jsonl (or paperqa_4k.jsonl)",
+        ),
+        DatasetSpec(
+            "folder",
+            load_folder,
+            "questions of your own over folders of documents (--questions FILE, evals.folder's layout)",
+            "the folder that holds the folders the questions name (scripts/make-search-sets lays out the frozen ones)",
         ),
     )
 }

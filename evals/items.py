@@ -3,6 +3,7 @@ them), gathered in a ``Dataset`` that also says which questions were skipped and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,12 +17,14 @@ from .errors import DatasetLayoutError
 from .gold import EvidenceSet, GoldEvidence
 
 __all__ = [
+    "HALVES",
     "LETTERS",
     "METRICS",
     "Dataset",
     "EvalItem",
     "Metric",
     "eager",
+    "half",
     "locate_file",
     "read_json",
     "read_jsonl",
@@ -39,6 +42,16 @@ option letter (LongHealth, BAMBOO); yes_no_maybe: the label (PubMedQA)."""
 LETTERS = "ABCDEFGHIJ"
 
 DocumentLoader = Callable[[], Sequence[Document]]
+
+
+HALVES = ("A", "B")
+"""The two fixed halves of a set (``half``): tune on one, report the other."""
+
+
+def half(item_id: str) -> str:
+    """The half an item belongs to, fixed by its id alone: "A" where the first byte of the SHA-256 of the id (UTF-8)
+    is even, else "B" (FinanceBench's 129 questions with a filing here: 67 in A, 62 in B)."""
+    return HALVES[hashlib.sha256(item_id.encode("utf-8")).digest()[0] % 2]
 
 
 def eager(*documents: Document) -> DocumentLoader:
@@ -88,6 +101,9 @@ class Dataset:
     items: tuple[EvalItem, ...]
     skipped: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    library: tuple[str, ...] = ()
+    """Folders of every document a library of the set holds, where that is more than its questions' documents
+    (``evals.folder``); empty: the questions' documents."""
 
     def __len__(self) -> int:
         return len(self.items)

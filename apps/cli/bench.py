@@ -219,6 +219,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
         meaning_weights=tuple(args.meaning_weight or EvidenceBenchConfig.meaning_weights),
         embeddings=args.embeddings or EvidenceBenchConfig.embeddings,
         questions=args.questions,
+        half=args.half,
     )
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
@@ -228,6 +229,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
 
 def _add_bench_evidence_parser(kinds: Any) -> None:
     from minions.evals.bench.evidence import EvidenceBenchConfig
+    from minions.evals.items import HALVES
 
     d = EvidenceBenchConfig()
     ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
@@ -239,7 +241,10 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.add_argument(
         "--questions",
         metavar="FILE",
-        help="questions of your own over the set's documents, instead of its own (evals/bench/written/ holds two)",
+        help="questions of your own over the set's documents, instead of its own (frozen ones: evals/bench/written/)",
+    )
+    ev.add_argument(
+        "--half", choices=HALVES, help="only this fixed half of the questions (by a hash of each id): tune on one"
     )
     ev.add_argument("--id", action="append", help="only this question (repeatable)")
     ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")

@@ -37,7 +37,11 @@ With ``dataset`` (``--dataset``) another benchmark (``minions eval datasets``): 
 spans; ``qasper``: paragraphs); a set that marks none (``leval-scientific``, ``leval-financial``, ``pubmedqa``) is
 measured with ``library`` only, its gold being the question's own document: recall@10 is then whether a chunk of
 it is among the 10 best of the whole library (the summary's ``gold`` says which: ``evidence`` or ``document``).
-With ``library``, the library holds every document of the set's questions.
+With ``library``, the library holds every document of the set's questions. ``folder`` (``evals.folder``, questions
+of one's own over folders of any documents, ``evals/bench/written/``) marks each question's quoted passage, and its
+library holds every document of the folders the questions name; the summary's ``by_kind`` gives the curves per
+question ``kind`` (legal, manuals, ...). ``half`` (``--half A|B``) asks only one fixed half of the questions
+(``evals.items.half``): choose on one, report the other.
 
 With ``meaning`` (``--meaning``, with ``--library``), the library embeds every chunk (``protocols.search.meaning``,
 the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,
@@ -81,13 +85,14 @@ from ..errors import EvalError
 from ..evidence import RECALL_AT, evidence_scores
 from ..financebench import load_financebench
 from ..gold import GoldEvidence
-from ..items import EvalItem
+from ..items import HALVES, EvalItem, half
 
 __all__ = ["EvidenceBenchConfig", "evidence_bench"]
 
 log = logging.getLogger(__name__)
 
 DEPTH = max(RECALL_AT)
+MEANING_CURVES = ("library_words", "library_meaning", "library_fused", "filing_words", "filing_meaning", "filing_fused")
 Curve = dict[str, float | None] | None
 """Recall @1, @5, @10, @20 (None: the passages were not there to score)."""
 
@@ -117,7 +122,11 @@ class EvidenceBenchConfig:
     """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
     questions: str | None = None
     """A file of questions of one's own over the set's documents, asked instead of the set's (FinanceBench's layout
-    for its filings; ``evals.leval`` for L-Eval's; ``evals/bench/written/`` holds two)."""
+    for its filings; ``evals.leval`` for L-Eval's; ``evals.folder`` for folders of any documents;
+    ``evals/bench/written/`` holds the frozen ones)."""
+    half: str | None = None
+    """Only the questions of this fixed half of the set ("A" or "B", ``evals.items.half``): tune on one, report the
+    other."""
 
 
 def _page_passages(doc: Document, question: str) -> list[Evidence] | None:
@@ -205,14 +214,24 @@ def _library_line(
     return line
 
 
+def _contents(
+    dataset: str, root: str | Path, folders: Sequence[str], items: Sequence[EvalItem]
+) -> list[Path | Document]:
+    """What the set's library holds: FinanceBench's folder of filings, the folders a set names, else the items'
+    documents."""
+    if dataset == "financebench":
+        return [Path(root) / "pdfs"]
+    return [Path(f) for f in folders] if folders else list(_documents(items))
+
+
 def _open_library(
-    contents: Path | Sequence[Document], config: EvidenceBenchConfig, local: Backend | None, into: str
+    contents: Sequence[Path | Document], config: EvidenceBenchConfig, local: Backend | None, into: str
 ) -> tuple[Library, AddReport]:
-    """The library of ``contents`` (a folder's files, or documents), and what adding them took."""
+    """The library of ``contents`` (folders' files, or documents), and what adding them took."""
     options: dict[str, Any] = {"read_chunks": config.read_chunks, "score_sentences": config.score_sentences}
     embeddings = config.embeddings if config.meaning else "none"
     library = Library(config.library_dir or into, local=local, protocol="local", embeddings=embeddings, **options)
-    report = library.add(contents) if isinstance(contents, Path) else library.add(*contents)
+    report = library.add(*contents)
     for name, why in report.skipped:
         log.warning("library: %s skipped: %s", name, why)
     return library, report
@@ -351,6 +370,27 @@ def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None
     return {k: round(mean(r[k] for r in rows if r[k] is not None), 3) for k in rows[0]}
 
 
+def _curves(lines: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any]:
+    """The mean curve of each of ``keys`` over ``lines``; a fused key's curves by weight."""
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key.endswith("_fused"):
+            by_weight = [line[key] for line in lines if key in line]
+            out[key] = {w: _curve(by_weight, w) for w in by_weight[0]} if by_weight else None
+        else:
+            out[key] = _curve(lines, key)
+    return out
+
+
+def _by_kind(lines: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, Any] | None:
+    """The curves of ``keys`` per kind of question (``kind`` in a set's metadata; None where no line has one)."""
+    kinds = sorted({line["kind"] for line in lines if line.get("kind")})
+    if not kinds:
+        return None
+    grouped = {kind: [line for line in lines if line.get("kind") == kind] for kind in kinds}
+    return {kind: {"items": len(group)} | _curves(group, keys) for kind, group in grouped.items()}
+
+
 def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iterator[dict[str, Any]]:
     """One line per question (see the module's docstring), then the summary line."""
     if config.meaning and not config.library:
@@ -367,10 +407,13 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         raise EvalError(
             f"{config.dataset} marks no evidence: add --library to measure how often its documents are found."
         )
+    if config.half is not None and config.half not in HALVES:
+        raise EvalError(f"Unknown half {config.half!r}: use {' or '.join(HALVES)}.")
     items = [i for i in dataset.items if (i.evidence or not marked) and (not config.ids or i.id in config.ids)]
+    items = [i for i in items if config.half is None or half(i.id) == config.half]
     items = items[: config.limit] if config.limit else items
     items = items if marked else [_own_documents(i) for i in items]
-    contents = Path(root) / "pdfs" if config.dataset == "financebench" else _documents(items)
+    contents = _contents(config.dataset, root, dataset.library, items)
     local = None if config.lexical_only else resolve(config.local)
     compare = resolve(config.compare_local) if config.compare_local and local is not None else None
     lines = []
@@ -379,6 +422,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         library, added = _open_library(contents, config, local, into) if config.library else (None, None)
         for item in items:
             line = _item_line(item, None if library is not None else local, config, compare) if marked else {}
+            line.update({"kind": item.metadata["kind"]} if item.metadata.get("kind") else {})
             if library is not None:
                 line.update(_library_line(item, library, local, config, marked=marked))
             lines.append(line)
@@ -396,18 +440,17 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "seconds": round(time.perf_counter() - started, 1),
     }
-    for key in ("pages_bm25", "rag", "ranking", "shown", "library", "library_shown"):
-        summary[key] = _curve(lines, key)
+    curves = ["pages_bm25", "rag", "ranking", "shown", "library", "library_shown"]
+    summary.update(_curves(lines, curves))
     if config.meaning and added is not None:
         rate = round(added.embedded / added.embed_seconds, 1) if added.embed_seconds else None
         summary.update(embedded=added.embedded, embed_s=round(added.embed_seconds, 1), embed_per_s=rate)
     if config.meaning:
         summary["meaning_weights"] = list(config.meaning_weights)
-        for key in ("library_words", "library_meaning", "filing_words", "filing_meaning"):
-            summary[key] = _curve(lines, key)
-        for key in ("library_fused", "filing_fused"):
-            by_weight = [line[key] for line in lines if key in line]
-            summary[key] = {w: _curve(by_weight, w) for w in by_weight[0]} if by_weight else None
+        summary.update(_curves(lines, MEANING_CURVES))
+        curves += MEANING_CURVES
+    by_kind = _by_kind(lines, [c for c in curves if not c.startswith(("pages_", "filing_"))])
+    summary.update({"by_kind": by_kind} if by_kind else {})
     if config.library:
         summary.update(
             index_s=round(added.seconds if added else 0.0, 1),

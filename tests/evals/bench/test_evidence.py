@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from minions.evals.bench.evidence import EvidenceBenchConfig, evidence_bench
+from minions.evals.errors import EvalError
 
 from ..conftest import DATA, needs
 
@@ -79,8 +81,6 @@ def test_meaning_curves_words_meaning_and_fused_in_the_library_and_the_filing(
 def test_a_set_that_marks_no_evidence_is_measured_by_its_documents_in_one_library() -> None:
     """PubMedQA marks no evidence: each question's own abstract is its gold, found (or not) among the chunks of
     every abstract of the set's questions."""
-    from minions.evals.errors import EvalError
-
     with pytest.raises(EvalError, match="add --library"):
         list(evidence_bench(DATA / "pubmedqa", EvidenceBenchConfig(dataset="pubmedqa", lexical_only=True, limit=5)))
     config = EvidenceBenchConfig(dataset="pubmedqa", lexical_only=True, library=True, limit=40)
@@ -104,3 +104,33 @@ def test_questions_of_ones_own_are_measured_on_their_own_evidence(tmp_path: Path
     for curve in (summary["rag"], summary["library"]):  # within its paper, and among all 20 papers
         values = list(curve.values())
         assert values == sorted(values) and values[-1] >= 0.8  # measured 1.0 and 0.9 @20 by words
+
+
+def test_a_folder_of_ones_own_is_one_library_with_a_curve_per_kind(tmp_path: Path) -> None:
+    """``--dataset folder``: the library holds every document of the folder (one no question names too), each
+    question is scored on its quoted passage, the summary has a curve per kind, and the two halves split the
+    questions between them."""
+    from ..test_folder import COLUMNS, FEE, write_set
+
+    asked = [dict(FEE, question="Can I charge a fee for copies?"), dict(COLUMNS, question="remove columns of a line")]
+    questions = str(write_set(tmp_path, asked))
+    config = EvidenceBenchConfig(dataset="folder", questions=questions, lexical_only=True, library=True)
+    *items, summary = evidence_bench(tmp_path, config)
+    assert [i["item_id"] for i in items] == ["q1", "q2"] and [i["kind"] for i in items] == ["legal", "manuals"]
+    assert all(i["library"] == {"@1": 1.0, "@5": 1.0, "@10": 1.0, "@20": 1.0} for i in items)  # found first of 3
+    assert summary["gold"] == "evidence" and summary["library"]["@1"] == 1.0
+    assert summary["by_kind"]["legal"] == {"items": 1, "rag": items[0]["rag"], "library": items[0]["library"]} | {
+        k: None for k in ("ranking", "shown", "library_shown")
+    }
+    library = EvidenceBenchConfig(dataset="folder", questions=questions, lexical_only=True, library=True,
+                                  library_dir=str(tmp_path / "index"))  # fmt: skip
+    list(evidence_bench(tmp_path, library))
+    from minions.protocols.search.library import Library
+
+    assert sorted(d.name for d in Library(tmp_path / "index", embeddings="none").documents) == [
+        "fee.txt", "noise.txt", "shorten.1.txt"
+    ]  # fmt: skip
+    halves = [[i["item_id"] for i in evidence_bench(tmp_path, replace(config, half=h)) if "item_id" in i] for h in "AB"]
+    assert sorted(halves[0] + halves[1]) == ["q1", "q2"]
+    with pytest.raises(EvalError, match="use A or B"):
+        list(evidence_bench(tmp_path, replace(config, half="C")))
