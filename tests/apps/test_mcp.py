@@ -233,7 +233,8 @@ def test_streamable_http_has_the_checks_and_limits_of_minions_serve(served: Serv
 
 def test_off_loopback_it_needs_a_token(library: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "minions", "mcp", "--http", "--host", "0.0.0.0", "--library", str(library)],
+        [sys.executable, "-m", "minions", "mcp", "--library", str(library),
+         "--http", "--host", "0.0.0.0"],  # refused: binds nothing
         env=environment(), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "without a token" in proc.stderr
