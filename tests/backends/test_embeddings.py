@@ -24,10 +24,11 @@ from minions.backends.embeddings import (
     _shipped_model,
     resolve_embedder,
 )
+from minions.backends.openai import key_for
 from minions.documents import Document
 from minions.errors import BackendConnectionError, ConfigError, ModelNotFoundError
 from minions.protocols.search.library import Library
-from tests.loopback import LoopbackServer, send_json, serving
+from tests.loopback import EmbeddingsServer, LoopbackServer, send_json, serving
 
 from ..conftest import run_server
 
@@ -43,6 +44,44 @@ def test_specs_resolve_to_their_embedders(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.delenv("MINIONS_EMBEDDINGS")
     shipped = resolve_embedder()  # "auto": the test extra's wheel (bge-small is not downloaded here)
     assert isinstance(shipped, SentenceTransformersEmbedder) and Path(shipped.model_path).name == "model"
+
+
+def test_a_custom_address_is_never_sent_the_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a recording server on 127.0.0.1 received in ``Authorization``: a placeholder with only OPENAI_API_KEY
+    set, the key given for it (``api_key=``, ``MINIONS_EMBEDDINGS_KEY``) when one is, and OPENAI_API_KEY only where
+    the user pointed OpenAI's own SDK (``OPENAI_BASE_URL``)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    monkeypatch.delenv("MINIONS_EMBEDDINGS_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with serving(EmbeddingsServer()) as server:
+        url = f"{server.url}/v1"
+        resolve_embedder(f"openai-compatible/m@{url}").embed(["a"])  # type: ignore[union-attr]
+        OpenAIEmbedder("m", url, api_key="sk-for-this-server").embed(["b"])
+        monkeypatch.setenv("MINIONS_EMBEDDINGS_KEY", "sk-embeddings")
+        resolve_embedder(f"openai-compatible/m@{url}").embed(["c"])  # type: ignore[union-attr]
+        monkeypatch.delenv("MINIONS_EMBEDDINGS_KEY")
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        OpenAIEmbedder("m", url).embed(["d"])
+    received = [(r.inputs, r.authorization) for r in server.requests]
+    assert received == [
+        (["a"], "Bearer not-needed"),
+        (["b"], "Bearer sk-for-this-server"),
+        (["c"], "Bearer sk-embeddings"),
+        (["d"], "Bearer sk-openai-secret"),
+    ]
+
+
+def test_a_key_variable_goes_only_to_its_providers_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-groq")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert key_for("https://api.openai.com/v1") == key_for("https://api.openai.com/v1/") == "sk-openai"
+    assert key_for("https://api.groq.com/openai/v1") == "gsk-groq"
+    for custom in ["http://api.openai.com/v1", "https://api.openai.com.example.org/v1", "http://127.0.0.1:8080/v1"]:
+        assert key_for(custom) is None
+    assert key_for("http://127.0.0.1:8080/v1", "sk-given") == "sk-given"
+    openai_spec = resolve_embedder("openai/text-embedding-3-small", allow_egress=True)
+    assert isinstance(openai_spec, OpenAIEmbedder) and openai_spec.address == "https://api.openai.com/v1"
 
 
 def test_a_model_on_another_machine_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
