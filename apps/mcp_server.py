@@ -34,7 +34,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import BaseModel, Field
 
-from minions.errors import MinionsError
+from minions.documents.files import contained
+from minions.errors import MinionsError, OutsideFolderError
 from minions.protocols import RunResult
 from minions.protocols.search.library import RANK_DEPTH, AddProgress, Library
 from minions.protocols.search.watch import FolderWatch
@@ -226,7 +227,9 @@ class LibraryServer:
             message = f"{Path(p.file).name}: {p.status}" + (f" ({p.why})" if p.why else "")
             anyio.from_thread.run(ctx.report_progress, p.files, p.files_total, message)
 
-        report = await anyio.to_thread.run_sync(lambda: self.library.add(*files, on_progress=progress))
+        report = await anyio.to_thread.run_sync(
+            lambda: self.library.add(*files, on_progress=progress, within=self.folders)
+        )
         return Added(
             added=[d.name for d in report.added],
             unchanged=[Path(f).name for f in report.unchanged],
@@ -267,13 +270,13 @@ class LibraryServer:
             raise MinionsError(f"{given!r} is not an absolute path: give the full path, under one of: {folders}.")
         if not path.exists():
             raise MinionsError(f"No such file or folder: {given}.")
-        real = path.resolve()
-        if not any(real == f or real.is_relative_to(f) for f in self.folders):
+        try:
+            return contained(path, self.folders)
+        except OutsideFolderError as exc:
             raise MinionsError(
-                f"{given} is outside the folders this server may read ({folders}): add from those, or start "
-                "minions mcp with --allow FOLDER (or --watch FOLDER)."
-            )
-        return real
+                f"{given} is outside the folders this server may read ({folders}), once its links are followed: add "
+                "from those, or start minions mcp with --allow FOLDER (or --watch FOLDER)."
+            ) from exc
 
     # -- running ----------------------------------------------------------------------------------------------
     def start_watching(self) -> None:

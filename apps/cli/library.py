@@ -34,6 +34,11 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
     index.add_argument(
         "--watch", action="store_true", help="then keep the folders in sync: files added, changed, renamed, deleted"
     )
+    index.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read files and folders that links lead to outside the folders named (skipped otherwise)",
+    )
     index.add_argument("--json", action="store_true", help="print one JSON line per file")
     add_model_options(index)
     index.set_defaults(func=cmd_index)
@@ -118,11 +123,15 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(embed_line(p), file=sys.stderr, flush=True)
 
     if args.watch:
+        if args.follow_links:
+            print("--follow-links is for one index run: a watched folder is read only inside itself", file=sys.stderr)
+            return 2
         return _watch(library, args.files, added)
     if library.embedder is None:
         print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
     with library:
-        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded)
+        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
+                             follow_links=args.follow_links)  # fmt: skip
         docs = library.documents
         summary = (
             f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
