@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from minions.documents.files import contained
 from minions.errors import MinionsError, OutsideFolderError
 from minions.protocols import RunResult
+from minions.protocols.result import EMBED_STEP, LOCAL_STEP
 from minions.protocols.search.library import RANK_DEPTH, AddProgress, Library
 from minions.protocols.search.watch import FolderWatch
 
@@ -307,7 +308,9 @@ def _answer(result: RunResult) -> AskResult:
         )
         for c in result.citations
     ]
-    nothing = "nothing left this device" if not result.egress else None
+    prompts = sum(r.step not in (LOCAL_STEP, EMBED_STEP) for r in result.egress)
+    said = ([f"{prompts} messages went to the remote model"] if prompts else []) + [result.device_egress or ""]
+    left = "; ".join(s for s in said if s) or "nothing left this device"
     return AskResult(
         answer=result.answer,
         protocol=result.protocol,
@@ -316,6 +319,6 @@ def _answer(result: RunResult) -> AskResult:
         cost_usd=result.cost_usd,
         usage={role: u.to_dict() for role, u in result.usage.items()},
         egress=[r.to_dict() for r in result.egress],
-        left_device=nothing or result.local_egress or f"{len(result.egress)} messages went to the remote model",
+        left_device=left,
         notes=list(result.notes),
     )

@@ -17,7 +17,9 @@ Every embedder is the same small interface (``Embedder``), through well-kept lib
 
 A model on another machine is sent the documents' text: that is egress, refused unless allowed
 (``allow_egress=True``, ``MINIONS_EMBEDDINGS_EGRESS=1``), and each request is logged and counted with its
-bytes, tokens and price (``EmbeddingsSent``: a server embedder's ``sent``) like every other byte that leaves.
+bytes, tokens and price (``EmbeddingsSent``: a server embedder's ``sent``) like every other byte that leaves; a
+caller that records egress collects the requests its thread sends (``with embeddings_sent() as requests:``): a
+question's become records of its run, a library's chunks a row each of the library's own log.
 
 A server is sent the key given for it (``api_key=``, else ``MINIONS_EMBEDDINGS_KEY``), else its provider's own key
 variable where it is that provider's address (``OPENAI_API_KEY`` to OpenAI's only: ``backends.openai.key_for``),
@@ -26,12 +28,13 @@ else none: a custom address is never handed the user's OpenAI key.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,10 +54,12 @@ __all__ = [
     "EMBEDDINGS_ENV",
     "KEY_ENV",
     "Embedder",
+    "EmbeddingRequest",
     "EmbeddingsSent",
     "OllamaEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformersEmbedder",
+    "embeddings_sent",
     "normalized",
     "resolve_embedder",
 ]
@@ -86,11 +91,41 @@ def normalized(matrix: npt.ArrayLike) -> Vectors:
     return (m / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """One request that left the device: its texts as sent, their bytes (UTF-8), the tokens the server counted,
+    the price where known (0 where not), and where it went."""
+
+    backend: str
+    host: str | None
+    texts: tuple[str, ...]
+    bytes: int
+    tokens: int
+    usd: float
+
+
+_watching = threading.local()
+
+
+@contextlib.contextmanager
+def embeddings_sent() -> Iterator[list[EmbeddingRequest]]:
+    """The embedding requests that leave the device from this thread during the block, in order, whichever
+    embedder sends them (another thread's, a background indexing's, are not this block's)."""
+    mine: list[EmbeddingRequest] = []
+    stack: list[list[EmbeddingRequest]] = _watching.__dict__.setdefault("stack", [])
+    stack.append(mine)
+    try:
+        yield mine
+    finally:
+        stack.remove(mine)
+
+
 @dataclass
 class EmbeddingsSent:
     """What left the device for embeddings so far: requests, texts, bytes of text, tokens and dollars."""
 
     host: str | None
+    backend: str = ""
     requests: int = 0
     texts: int = 0
     bytes: int = 0
@@ -106,6 +141,9 @@ class EmbeddingsSent:
             self.bytes += sent
             self.tokens += tokens
             self.usd += usd
+        request = EmbeddingRequest(self.backend, self.host, tuple(texts), sent, tokens, usd)
+        for watcher in getattr(_watching, "stack", ()):
+            watcher.append(request)
         log.info("embeddings: %d texts (%d bytes, %d tokens, $%.6f) sent to %s", len(texts), sent, tokens, usd,
                  self.host)  # fmt: skip
 
@@ -133,7 +171,7 @@ class _Remote:
                 f"documents' text there. Allow it with allow_egress=True or {EGRESS_ENV}=1, or embed on this device "
                 f"({EMBEDDINGS_ENV}=auto)."
             )
-        self.sent = EmbeddingsSent(host_of(address))
+        self.sent = EmbeddingsSent(host_of(address), name)
 
     def _account(self, texts: Sequence[str], tokens: int) -> None:
         if self.leaves_device:

@@ -224,7 +224,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
                   f"of which {vectors}")  # fmt: skip
             for d in library["per_document"]:
                 print(f"  {d['name']}: {d['pages']} pages, {d['chunks']} chunks, {d['bytes'] / 1e6:.1f} MB on disk")
+            print(sent_lines(library["embeddings_sent"]))
     return 0
+
+
+def sent_lines(sent: dict[str, Any]) -> str:
+    """What the library's log says left this device to be embedded (``search.sent.sent_summary``), in lines."""
+    if not sent["log"]:
+        return "nothing of the library left this device to be embedded"
+    lines = [f"sent off this device to be embedded ({', '.join(sent['to'])}): {sent['bytes']:,} bytes, "
+             f"{sent['tokens']:,} tokens, ${sent['usd']:.6f}, in {len(sent['log'])} records"]  # fmt: skip
+    lines += [f"  {d['document']}: {d['chunks']} chunks, {d['bytes']:,} bytes, {d['tokens']:,} tokens"
+              for d in sent["per_document"]]  # fmt: skip
+    return "\n".join(lines)
 
 
 def library_usage() -> dict[str, Any] | None:
@@ -233,6 +245,7 @@ def library_usage() -> dict[str, Any] | None:
     from minions.paths import library_dir
     from minions.protocols.search.index import SqliteIndex
     from minions.protocols.search.library import INDEX_FILE
+    from minions.protocols.search.sent import sent_summary
 
     path = library_dir() / INDEX_FILE
     if not path.exists():
@@ -241,12 +254,14 @@ def library_usage() -> dict[str, Any] | None:
     try:
         docs, size = index.documents(), index.disk_bytes()
         (vectors, vector_bytes), model = index.vector_bytes(), index.vector_model()
+        sent = sent_summary(index.sent())
     finally:
         index.close()
     chars = sum(d.chars for d in docs) or 1
     per = [{"name": d.name, "pages": d.pages, "chunks": d.chunks, "bytes": int(size * d.chars / chars)} for d in docs]
     meaning = {"model": model, "chunks": vectors, "bytes": vector_bytes}
-    return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per}
+    return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per,
+            "embeddings_sent": sent}  # fmt: skip
 
 
 def add_cache_bench_parser(kinds: Any) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
-from minions.backends.embeddings import Embedder, resolve_embedder
+from minions.backends.embeddings import Embedder, embeddings_sent, resolve_embedder
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
@@ -37,12 +37,13 @@ from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
 from ..factory import get_protocol
 from ..options import RunOptions, default_protocol
-from ..result import RunResult
+from ..result import EgressRecord, RunResult
 from .bm25 import tokenize
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
 from .ranking import Ranked, Ranking, spread_pages, spread_repeats
 from .routing import COVER_CHARS, Route, name_pairs, profile, question_dates, route
+from .sent import question_egress, with_egress
 from .warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = [
@@ -115,6 +116,9 @@ class Sources:
 
     documents: list[Document]
     ranking: Ranking | None = None
+    egress: tuple[EgressRecord, ...] = ()
+    """What the search sent off the device: the question, to an embedding model on another machine
+    (``search.sent.question_egress``); a run adds it to its own (``search.sent.with_egress``)."""
 
 
 @dataclass(frozen=True)
@@ -479,15 +483,16 @@ class Library:
         text; the app reads its files again). The one way the SDK, the app and the benchmarks ask a library."""
         if not self.index.documents():
             raise ConfigError("The library is empty: add documents first (Library.add('report.pdf') or a folder).")
-        found = self.search(question, documents)
+        with embeddings_sent() as sent:
+            found = self.search(question, documents)
         depth = depth if depth is not None else max(self.options.read_chunks, self.options.top_k)
         names = found.documents(depth) or [documents[0] if documents else self.documents[0].name]
-        return Sources([(read or self.document)(n) for n in names], found.ranking)
+        return Sources([(read or self.document)(n) for n in names], found.ranking, question_egress(sent))
 
     def ask(self, question: str, documents: Sequence[str] | None = None, **kwargs: Any) -> RunResult:
         """Answer ``question`` from the whole library, or from the ``documents`` named."""
         found = self.sources(question, documents)
-        return self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs)
+        return with_egress(self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs), found.egress)
 
     def warm(
         self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None
