@@ -85,9 +85,13 @@ class FolderWatch:
 
     # -- what a change does -------------------------------------------------------------------------------------
     def catch_up(self) -> AddReport:
-        """Forget the documents from under the folders whose files are gone, then add the folders: new and changed
-        files are read, unchanged ones cost their hash."""
-        gone = [d.name for d in self.library.documents if self._within(d.key) and not Path(d.key).is_file()]
+        """Forget the documents from under the folders whose files are gone (or are now links out of them), then add
+        the folders: new and changed files are read, unchanged ones cost their hash."""
+        gone = [
+            d.name
+            for d in self.library.documents
+            if self._within(d.key) and not (Path(d.key).is_file() and self._contained(Path(d.key)))
+        ]  # gone, or now a link out of the folders
         removed = self._remove(gone)
         report = self.library.add(*self.folders, on_progress=self.on_progress, within=self.folders)
         report.removed = removed

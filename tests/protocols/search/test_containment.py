@@ -90,3 +90,17 @@ def test_minions_index_skips_links_out_unless_told_to_follow_them(
     with Library(tmp_path / "lib") as library:
         assert "file-link.md" in found_in(library, "walruses")
     assert main(["index", "--watch", str(folder), "--library", str(tmp_path / "lib"), "--follow-links"]) == 2
+
+
+def test_a_file_swapped_for_a_link_out_while_nothing_watched_is_forgotten_at_the_catch_up(
+    tree: tuple[Path, Path],
+) -> None:
+    folder, outside = tree
+    with Library() as library:
+        library.add(folder)
+        assert found_in(library, "apricots") == {"alpha.md"}
+        (folder / "alpha.md").unlink()
+        os.symlink(outside / "secret.md", folder / "alpha.md")
+        report_ = FolderWatch(library, [folder]).catch_up()
+        assert report_.removed == ["alpha.md"] and str(folder / "alpha.md") in dict(report_.skipped)
+        assert found_in(library, "apricots") == set() and found_in(library, "walruses") == set()
