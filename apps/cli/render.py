@@ -89,8 +89,8 @@ def usage_table(
     *,
     local_egress: str | None = None,
 ) -> Table:
-    """The usage and cost table. ``local_egress`` says what left this device through a local model on another
-    machine (``RunResult.local_egress``); without it and without a remote model, nothing did."""
+    """The usage and cost table. ``local_egress`` says what left this device through a local model or an embedding
+    model on another machine (``RunResult.device_egress``); without it and without a remote model, nothing did."""
     table = Table(title="Usage and cost", title_justify="left")
     for col in ("role", "model", "calls", "input tok", "cached", "output tok", "seconds", "cost"):
         table.add_column(col, justify="left" if col in ("role", "model") else "right")
@@ -159,11 +159,11 @@ def print_result(
     if library:  # asked of a library: which documents were searched, and why
         searched = _library_line(library, result.timings)
         out.print(searched, style="dim", markup=False, highlight=False)
-    if result.local_egress and remote_name:  # without a remote model the table's caption says it
-        out.print(f"egress: {result.local_egress}", style="yellow", markup=False)
+    if result.device_egress and remote_name:  # without a remote model the table's caption says it
+        out.print(f"egress: {result.device_egress}", style="yellow", markup=False)
     out.print()
     models = {"local": local_name, "remote": remote_name}
-    out.print(usage_table(dict(result.usage), models, result.remote_only_estimate, local_egress=result.local_egress))
+    out.print(usage_table(dict(result.usage), models, result.remote_only_estimate, local_egress=result.device_egress))
 
 
 def _library_line(library: Any, timings: Any) -> str:

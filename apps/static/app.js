@@ -85,7 +85,9 @@ function renderDocs() {
     });
     const pages = d.pages ? `${d.pages} page${d.pages === 1 ? "" : "s"}` : `${fmtInt(d.chars)} characters`;
     const indexed = d.index_bytes ? ` · ${size(d.index_bytes)} indexed` : "";
-    const meta = `${pages} · ${size(d.bytes)}${indexed}${d.source === "folder" ? " · from a folder" : ""}`;
+    // chunks sent off this device to an embedding model on another machine (the library's own log)
+    const sent = d.embeddings_sent ? ` · ${size(d.embeddings_sent.bytes)} sent to be embedded` : "";
+    const meta = `${pages} · ${size(d.bytes)}${indexed}${sent}${d.source === "folder" ? " · from a folder" : ""}`;
     const reading = readingText(d.reading);
     return el("li", { class: "doc", "data-id": d.id },
       box,
@@ -292,7 +294,7 @@ function renderCost(r, meta) {
       ? `saved ${money(r.saving_usd)} vs sending the documents to the remote model (${est})`
       : `${money(-r.saving_usd)} more than sending the documents to the remote model (${est})`;
     box.append(el("span", { class: r.saving_usd >= 0 ? "saving" : "saving negative", text }));
-  } else if (!meta.remote_leaves_device && !r.local_egress) {
+  } else if (!meta.remote_leaves_device && !r.local_egress && !r.embed_egress) {
     box.append(el("span", { class: "saving", text: "everything ran on this device" }));
   }
   return box;
@@ -316,20 +318,23 @@ function renderUsage(r) {
 
 function renderEgress(r, meta) {
   const records = r.egress || [];
-  const remote = records.filter((e) => e.step !== "local");  // "local": a local model on another machine
+  // "local": a local model on another machine; "embed": the question, to an embedding model on another machine
+  const remote = records.filter((e) => e.step !== "local" && e.step !== "embed");
   const chars = remote.reduce((n, e) => n + e.chars, 0);
   const said = [];
   if (remote.length) {
     said.push(`${remote.length} message${remote.length === 1 ? "" : "s"}, ${fmtInt(chars)} characters left this device (to ${remote[0].backend})`);
   }
   if (r.local_egress) said.push(r.local_egress);
+  if (r.embed_egress) said.push(r.embed_egress);
   const label = said.length
     ? `Egress: ${said.join("; ")}`
     : `Egress: nothing left this device${meta.remote && !meta.remote_leaves_device ? ` (the remote model ${meta.remote} runs on this device)` : ""}`;
   const details = el("details", { class: "more egress" }, el("summary", { text: label }));
   for (const e of records) {
     details.append(el("div", { class: "egress-record" },
-      el("header", { text: `round ${e.round} · ${e.step} · ${e.backend}${e.host ? ` at ${e.host}` : ""} · ${fmtInt(e.chars)} characters` }),
+      el("header", { text: `round ${e.round} · ${e.step} · ${e.backend}${e.host ? ` at ${e.host}` : ""} · ${fmtInt(e.chars)} characters`
+        + (e.bytes !== undefined ? ` · ${fmtInt(e.bytes)} bytes · ${fmtInt(e.tokens)} tokens` : "") }),
       el("pre", { text: e.text })));
   }
   return details;

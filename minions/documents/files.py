@@ -4,6 +4,12 @@ their hash. One list and one check for the SDK, the library, the app and the com
 ``SUPPORTED_SUFFIXES`` are the files a reader exists for; ``walk`` finds them under a folder (hidden files and
 folders skipped, symlinked folders not entered, so a walk never leaves the folder through a link or loops).
 
+``contained`` is the one rule for what may be read, whichever way a file comes in (a folder walked, a watched
+folder's change, the app's folders and uploads, MCP's ``add``, a server's documents): its real path, every link
+followed, lies inside one of the folders allowed. ``read_contained`` reads a file under that rule without a gap
+between the check and the read: it opens the real path without following a last link (``O_NOFOLLOW``) and checks
+again where the open file really is, so a link swapped in meanwhile is refused, not read.
+
 ``check_content``: a .pdf must carry ``%PDF-`` in its first KiB (where PDF readers look for it) and a .docx must be
 a ZIP archive. Text, Markdown and HTML must be text: no NUL bytes (outside UTF-16 with a byte-order mark), almost
 no control characters, and UTF-8, or a legacy 8-bit text such as Latin-1 in which only the accented letters
@@ -14,14 +20,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import NoReturn
 
-from minions.errors import UnreadableDocumentError
+from minions.errors import OutsideFolderError, UnreadableDocumentError
 
-__all__ = ["SUPPORTED_SUFFIXES", "TEXT_SUFFIXES", "check_content", "sha256_file", "walk"]
+__all__ = [
+    "SUPPORTED_SUFFIXES",
+    "TEXT_SUFFIXES",
+    "check_content",
+    "contained",
+    "linked_folders",
+    "read_contained",
+    "sha256_file",
+    "walk",
+]
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".docx")
 """The files minions reads (lower case): a folder is searched for these, and any other file is refused."""
@@ -54,15 +70,85 @@ _UTF16 = "pass the original document, or convert it to text (UTF-16 without a by
 _REENCODE = "if it is text in another encoding, re-save it as UTF-8"
 
 
-def walk(folder: str | os.PathLike[str]) -> Iterator[Path]:
+def walk(folder: str | os.PathLike[str], *, follow_links: bool = False) -> Iterator[Path]:
     """The files with a supported suffix under ``folder``, folder by folder in name order; hidden files and folders
-    (their names start with a dot) skipped, symlinked folders not entered. A symlinked file is listed: whether it
-    may be read (where it leads) is for the caller to say."""
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+    (their names start with a dot) skipped, symlinked folders not entered (``follow_links``: entered, each real
+    folder once, so a loop of links ends). A symlinked file is listed: whether it may be read (where it leads) is
+    ``contained``'s to say."""
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=follow_links):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(filenames):
             if not name.startswith(".") and Path(name).suffix.lower() in SUPPORTED_SUFFIXES:
                 yield Path(dirpath, name)
+
+
+def linked_folders(folder: str | os.PathLike[str]) -> Iterator[Path]:
+    """The links to folders under ``folder`` that ``walk`` does not enter (not under hidden folders), to report."""
+    for dirpath, dirnames, _ in os.walk(folder, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)):
+                yield Path(dirpath, name)
+
+
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == r or path.is_relative_to(r) for r in roots)
+
+
+def contained(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> Path:
+    """``path``'s real location (every link followed, ``..`` taken), when it lies inside one of ``roots`` (folders,
+    or files allowed by name; their own links followed too); an OutsideFolderError that says where it leads
+    otherwise. A path that does not exist raises FileNotFoundError."""
+    allowed = [Path(r).expanduser().resolve() for r in roots]
+    real = Path(path).expanduser().resolve(strict=True)
+    if not _inside(real, allowed):
+        leads = "leads outside" if real != Path(os.path.abspath(Path(path).expanduser())) else "is outside"
+        where = ", ".join(str(r) for r in allowed) or "no folder"
+        raise OutsideFolderError(
+            f"{path} {leads} the folders that may be read ({where}): skipped. Add the file or its folder itself"
+            " (minions index --follow-links reads links that leave a folder, on purpose).",
+            path=str(path),
+        )
+    return real
+
+
+def read_contained(path: str | os.PathLike[str], roots: Iterable[str | os.PathLike[str]]) -> bytes:
+    """The bytes of ``path`` under ``contained``'s rule, checked again on the file opened: a link swapped in after
+    the check (the file, or a folder on its way) is refused, never read. Not a regular file (a pipe, a device):
+    an UnreadableDocumentError."""
+    allowed = [Path(r).expanduser().resolve() for r in roots]
+    real = contained(path, allowed)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError as exc:
+        if os.path.islink(real):  # O_NOFOLLOW: the file became a link after the check
+            raise OutsideFolderError(f"{path} became a link while it was read: skipped.", path=str(path)) from exc
+        raise
+    with os.fdopen(fd, "rb") as f:
+        opened = _opened_at(fd, real)
+        if opened is None or not _inside(opened, allowed):
+            raise OutsideFolderError(f"{path} moved outside the allowed folders while it was read: skipped.",
+                                     path=str(path))  # fmt: skip
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableDocumentError(f"{path} is not a regular file: pass a document file.", path=str(path))
+        return f.read()
+
+
+def _opened_at(fd: int, real: Path) -> Path | None:
+    """Where the file open as ``fd`` really is: the kernel's own word for it (``/proc/self/fd``) where there is one,
+    else ``real`` when it is still the same file (device and inode), else None."""
+    proc = Path(f"/proc/self/fd/{fd}")
+    if proc.parent.is_dir():
+        return Path(os.readlink(proc))
+    opened, now = os.fstat(fd), os.stat(real)
+    return real if (opened.st_dev, opened.st_ino) == (now.st_dev, now.st_ino) else None
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

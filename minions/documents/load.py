@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from minions.documents.docx import load_docx
-from minions.documents.files import SUPPORTED_SUFFIXES, check_content
+from minions.documents.files import SUPPORTED_SUFFIXES, check_content, read_contained
 from minions.documents.html import load_html
 from minions.documents.pdf import load_pdf
 from minions.documents.text import load_text
@@ -20,15 +20,23 @@ __all__ = ["load_document", "load_documents"]
 log = logging.getLogger(__name__)
 
 
-def load_document(path: str | os.PathLike[str], *, cache: bool = True, shown: str | None = None) -> Document:
+def load_document(
+    path: str | os.PathLike[str],
+    *,
+    cache: bool = True,
+    shown: str | None = None,
+    within: Sequence[str | os.PathLike[str]] | None = None,
+) -> Document:
     """Load one file. ``cache``: reuse and keep the text extracted from a PDF on disk. ``shown``: what errors call
     the file, where its path is not what the user knows it by (an upload the app stored under a name of its own).
+    ``within``: the folders it may be read from (``files.read_contained``: every link followed, checked again on
+    the file opened); an OutsideFolderError where it leads elsewhere.
 
     Raises DocumentNotFoundError, UnreadableDocumentError or EmptyDocumentError with a one-line fix.
     """
     p = Path(path).expanduser()
     where = shown or str(p)
-    data = _read(p, where)
+    data = _read(p, where, within)
     suffix = p.suffix.lower()
     check_content(where, suffix, data)
     if suffix == ".pdf":
@@ -50,7 +58,7 @@ def load_documents(paths: Iterable[str | os.PathLike[str]], *, cache: bool = Tru
     return [load_document(p, cache=cache) for p in paths]
 
 
-def _read(p: Path, where: str) -> bytes:
+def _read(p: Path, where: str, within: Sequence[str | os.PathLike[str]] | None = None) -> bytes:
     """The bytes of an existing, non-empty file with a supported suffix; a DocumentError that says why not."""
     if not p.exists():
         raise DocumentNotFoundError(f"No such file: {where}: check the path.", path=where)
@@ -68,7 +76,7 @@ def _read(p: Path, where: str) -> bytes:
             path=where,
         )
     try:
-        data = p.read_bytes()
+        data = p.read_bytes() if within is None else read_contained(p, within)
     except OSError as exc:
         raise UnreadableDocumentError(
             f"Cannot read {where} ({exc.strerror}): check its permissions.", path=where

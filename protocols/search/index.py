@@ -39,6 +39,8 @@ from minions.sqlite import write_transaction
 from .figures import figure_share
 from .profiles import GENERAL, Knowledge
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
+from .sent import SCHEMA as SENT_SCHEMA
+from .sent import SentChunks, load_sent, store_sent
 from .vectors import SCHEMA as VECTORS_SCHEMA
 from .vectors import VectorMatrix, load_matrix, nearest, similarities, store_vectors, unembedded
 from .words import DEFAULT_LANGUAGE, tokenize
@@ -157,6 +159,8 @@ class ChunkIndex(Protocol):
     def unembedded(self, limit: int) -> list[tuple[int, str, str, str | None]]: ...
     def vector_counts(self) -> dict[str, int]: ...
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None: ...
+    def record_sent(self, rows: Sequence[SentChunks]) -> None: ...
+    def sent(self) -> list[SentChunks]: ...
     def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]: ...
     def similarities(self, vector: Any, chunks: Sequence[tuple[str, int]]) -> list[float | None]: ...
     def close(self) -> None: ...
@@ -233,6 +237,7 @@ class SqliteIndex:
             self._db.execute("VACUUM")  # give the old format's pages back to the disk
         self._db.executescript(_SCHEMA)
         self._db.executescript(VECTORS_SCHEMA)
+        self._db.executescript(SENT_SCHEMA)  # kept across formats: not derived from the documents
         self._db.execute(_OUTDATED)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
 
@@ -552,6 +557,16 @@ class SqliteIndex:
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None:
         with self._transaction() as db:
             store_vectors(db, chunks, vectors)
+
+    def record_sent(self, rows: Sequence[SentChunks]) -> None:
+        """Log chunks sent to an embedding model on another machine (``search.sent``)."""
+        with self._transaction() as db:
+            store_sent(db, rows)
+
+    def sent(self) -> list[SentChunks]:
+        """The log of chunks sent off the device to be embedded, oldest first."""
+        with self._lock:
+            return load_sent(self._db)
 
     def _vectors(self) -> VectorMatrix | None:
         """The stored vectors as one matrix, read again only after a change (call under the lock)."""

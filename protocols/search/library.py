@@ -30,21 +30,22 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
-from minions.backends.embeddings import Embedder, resolve_embedder
+from minions.backends.embeddings import Embedder, embeddings_sent, resolve_embedder
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
-from minions.documents.files import sha256_file, walk
-from minions.errors import ConfigError, DocumentError
+from minions.documents.files import contained, linked_folders, read_contained, sha256_file, walk
+from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
 from ..factory import get_protocol
 from ..options import RunOptions, default_protocol
-from ..result import RunResult
+from ..result import EgressRecord, RunResult
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
 from .profiles import Glossary, Knowledge, knowledge_of
 from .ranking import Ranked, Ranking, spread_pages, spread_repeats
 from .routing import COVER_CHARS, Route, languages, name_pairs, profile, question_dates, route
+from .sent import question_egress, with_egress
 from .warming import IndexProgress, PrefixSaver, index_documents
 from .words import tokenize
 
@@ -124,6 +125,9 @@ class Sources:
 
     documents: list[Document]
     ranking: Ranking | None = None
+    egress: tuple[EgressRecord, ...] = ()
+    """What the search sent off the device: the question, to an embedding model on another machine
+    (``search.sent.question_egress``); a run adds it to its own (``search.sent.with_egress``)."""
 
 
 @dataclass(frozen=True)
@@ -251,19 +255,46 @@ def _index_path(path: str | os.PathLike[str] | None) -> str:
     return str(p if p.suffix in (".sqlite", ".sqlite3", ".db") else p / INDEX_FILE)
 
 
-def _files(paths: Iterable[str | os.PathLike[str]], report: AddReport) -> list[Path]:
+def _files(
+    paths: Iterable[str | os.PathLike[str]],
+    report: AddReport,
+    within: Sequence[str | os.PathLike[str]] | None = None,
+    follow_links: bool = False,
+) -> list[tuple[Path, list[Path] | None]]:
     """The files named, and the supported files under the folders named (``minions.documents.files.walk``), in
-    order."""
-    out: list[Path] = []
+    order, each with the folders it may be read from (``contained``): ``within`` where given (a server's folders),
+    else the folder walked, or a file named by itself; None (any) with ``follow_links``. A link to a folder that
+    leads out of it is reported as skipped; a folder named outside ``within`` is skipped whole."""
+    out: dict[Path, list[Path] | None] = {}
+    allowed = [Path(w).expanduser().resolve() for w in within] if within is not None else None
     for given in paths:
         p = Path(given).expanduser()
-        if p.is_dir():
-            out += walk(p)
-        elif p.exists():
-            out.append(p)
-        else:
-            report.skipped.append((str(given), f"no such file or folder: {given}"))
-    return list(dict.fromkeys(out))
+        try:
+            if allowed is not None:
+                contained(p, allowed)
+            if p.is_dir():
+                roots = allowed or (None if follow_links else [p.resolve()])
+                out.update((f, roots) for f in walk(p, follow_links=follow_links and allowed is None))
+                for link in linked_folders(p) if roots is not None else []:
+                    _skip_outside(link, roots or [], report)
+            elif p.exists():
+                out[p] = allowed or (None if follow_links else [p])
+            else:
+                report.skipped.append((str(given), f"no such file or folder: {given}"))
+        except OutsideFolderError as exc:
+            report.skipped.append((exc.path or str(given), str(exc)))
+    return list(out.items())
+
+
+def _skip_outside(link: Path, roots: list[Path], report: AddReport) -> None:
+    """Report a link to a folder that leads out of ``roots`` as skipped (one to a folder inside is not entered:
+    its files are walked where they really are)."""
+    try:
+        contained(link, roots)
+    except OutsideFolderError as exc:
+        report.skipped.append((str(link), str(exc)))
+    except FileNotFoundError:  # a broken link: nothing to read
+        pass
 
 
 class Library:
@@ -322,9 +353,9 @@ class Library:
     @staticmethod
     def _read_again(old: Outdated) -> Document:
         path = Path(old.key)
-        if not path.is_file() or sha256_file(path) != old.sha256:
+        if path.is_symlink() or not path.is_file() or sha256_file(path) != old.sha256:
             raise DocumentError(f"its stored text is of an older layout, and {old.key} is gone or has changed")
-        return replace(load_document(path), name=old.name)
+        return replace(load_document(path, within=[path.parent]), name=old.name)
 
     # -- the documents ------------------------------------------------------------------------------------------
     @property
@@ -339,22 +370,28 @@ class Library:
         on_warm: Callable[[IndexProgress], None] | None = None,
         embed: bool = True,
         on_embed: Callable[[EmbedProgress], None] | None = None,
+        within: Sequence[str | os.PathLike[str]] | None = None,
+        follow_links: bool = False,
     ) -> AddReport:
         """Add files, the supported files of folders, or loaded documents; files already in the index unchanged
         are left as they are. Their text is indexed first (searchable by words at once); then, with ``embed``
         and an embedding model, every chunk without a meaning vector gets one (``embed``). ``warm``: also compute
-        and save every new chunk's state on the local model."""
+        and save every new chunk's state on the local model. A file is read only where it really is inside the
+        folder named (``minions.documents.files.contained``: a link out of it is skipped, with the reason), or
+        inside ``within`` (the folders a server may read); ``follow_links``: links are followed anywhere (the
+        command line's ``--follow-links``, never a server's)."""
         report = AddReport()
         started = time.perf_counter()
         given = [p for p in paths if isinstance(p, Document)]
-        files = _files([p for p in paths if not isinstance(p, Document)], report)
+        files = _files([p for p in paths if not isinstance(p, Document)], report, within, follow_links)
         total, pages, chunks = len(files) + len(given), 0, 0
-        items: list[Path | Document] = [*given, *files]
+        items: list[Path | Document] = [*given, *(f for f, _ in files)]
+        roots = dict(files)
         for n, item in enumerate(items, start=1):
             shown = item.name if isinstance(item, Document) else str(item)
             status, why = "added", None
             try:
-                added = self._add_one(item)
+                added = self._add_one(item, roots.get(item) if isinstance(item, Path) else None)
             except (DocumentError, OSError) as exc:
                 status, why = "skipped", str(exc)
                 report.skipped.append((shown, why))
@@ -385,7 +422,7 @@ class Library:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)
 
-    def _add_one(self, item: Path | Document) -> IndexedDocument | None:
+    def _add_one(self, item: Path | Document, roots: list[Path] | None = None) -> IndexedDocument | None:
         if isinstance(item, Document):
             data = item.text.encode("utf-8", "surrogatepass")
             key, digest, doc = f"document:{item.name}", hashlib.sha256(data).hexdigest(), item
@@ -393,12 +430,12 @@ class Library:
             if found is not None and found.sha256 == digest:
                 return None
             return self._store(doc, key, digest, len(data))
-        key = str(item.resolve())
-        digest = sha256_file(item)
+        key = str(item.resolve() if roots is None else contained(item, roots))
+        digest = sha256_file(item) if roots is None else hashlib.sha256(read_contained(item, roots)).hexdigest()
         found = self.index.find(key)
         if found is not None and found.sha256 == digest:
             return None
-        doc = load_document(item)
+        doc = load_document(item, within=roots)
         return self._store(doc, key, digest, item.stat().st_size, replacing=found)
 
     def _store(
@@ -492,15 +529,16 @@ class Library:
         text; the app reads its files again). The one way the SDK, the app and the benchmarks ask a library."""
         if not self.index.documents():
             raise ConfigError("The library is empty: add documents first (Library.add('report.pdf') or a folder).")
-        found = self.search(question, documents)
+        with embeddings_sent() as sent:
+            found = self.search(question, documents)
         depth = depth if depth is not None else max(self.options.read_chunks, self.options.top_k)
         names = found.documents(depth) or [documents[0] if documents else self.documents[0].name]
-        return Sources([(read or self.document)(n) for n in names], found.ranking)
+        return Sources([(read or self.document)(n) for n in names], found.ranking, question_egress(sent))
 
     def ask(self, question: str, documents: Sequence[str] | None = None, **kwargs: Any) -> RunResult:
         """Answer ``question`` from the whole library, or from the ``documents`` named."""
         found = self.sources(question, documents)
-        return self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs)
+        return with_egress(self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs), found.egress)
 
     def warm(
         self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None

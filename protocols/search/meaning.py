@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minions.backends.embeddings import Embedder
+from minions.backends.embeddings import Embedder, embeddings_sent
 from minions.chunking import Chunk
 from minions.paths import cache_dir
 
 from .ranking import Ranked, spread_pages
+from .sent import sent_by_document
 
 if TYPE_CHECKING:
     from .index import ChunkIndex
@@ -112,7 +113,11 @@ def embed_missing(
     started, done = time.perf_counter(), 0
     while rows := index.unembedded(batch):
         texts = [f"{chunk_header(doc, profiles.get(doc), section)}\n{text}" for _, doc, text, section in rows]
-        index.add_vectors([r[0] for r in rows], embedder.embed(texts))
+        with embeddings_sent() as sent:  # what left the device (an embedder on another machine): the library's log
+            vectors = embedder.embed(texts)
+        index.add_vectors([r[0] for r in rows], vectors)
+        if sent:
+            index.record_sent(sent_by_document(sent, [r[1] for r in rows]))
         done += len(rows)
         if on_progress is not None:
             on_progress(EmbedProgress(done, max(total, done), time.perf_counter() - started))

@@ -12,7 +12,8 @@ written keeps changing, and is read once it stops (a file written for longer tha
 stands, and again when it changes). Each path of a batch is judged by what is there now, not by the kind of change
 reported: a rename arrives as a deletion and an addition, and a file written then removed within one batch is
 simply gone. Adding goes through ``Library.add``, so a file whose content hash is unchanged costs that hash and
-nothing more, and a changed one is read again.
+nothing more, and a changed one is read again; and only what really lies inside the watched folders is read (a link
+out of them, there from the start or made while watching, is skipped: ``minions.documents.files.contained``).
 
 On start, whatever changed while nothing was watching is caught up first (``FolderWatch.catch_up``: the documents
 from under the folders whose files are gone are forgotten, then the folders are added), after the watcher is
@@ -28,8 +29,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from minions.documents.files import SUPPORTED_SUFFIXES
-from minions.errors import DocumentNotFoundError, MinionsError
+from minions.documents.files import SUPPORTED_SUFFIXES, contained
+from minions.errors import DocumentNotFoundError, MinionsError, OutsideFolderError
 
 from .library import AddProgress, AddReport, Library
 
@@ -84,11 +85,15 @@ class FolderWatch:
 
     # -- what a change does -------------------------------------------------------------------------------------
     def catch_up(self) -> AddReport:
-        """Forget the documents from under the folders whose files are gone, then add the folders: new and changed
-        files are read, unchanged ones cost their hash."""
-        gone = [d.name for d in self.library.documents if self._within(d.key) and not Path(d.key).is_file()]
+        """Forget the documents from under the folders whose files are gone (or are now links out of them), then add
+        the folders: new and changed files are read, unchanged ones cost their hash."""
+        gone = [
+            d.name
+            for d in self.library.documents
+            if self._within(d.key) and not (Path(d.key).is_file() and self._contained(Path(d.key)))
+        ]  # gone, or now a link out of the folders
         removed = self._remove(gone)
-        report = self.library.add(*self.folders, on_progress=self.on_progress)
+        report = self.library.add(*self.folders, on_progress=self.on_progress, within=self.folders)
         report.removed = removed
         return report
 
@@ -104,10 +109,13 @@ class FolderWatch:
                 there.append(given)
             elif given.is_file():
                 there += [given] if given.suffix.lower() in SUPPORTED_SUFFIXES else []
+                if not self._contained(given):  # now a link out of the folders: what it was is forgotten
+                    gone.append(given)
             else:
                 gone.append(given)
         removed = self._remove(self._documents_at(gone))
-        report = self.library.add(*there, on_progress=self.on_progress) if there else AddReport()
+        add = self.library.add
+        report = add(*there, on_progress=self.on_progress, within=self.folders) if there else AddReport()
         report.removed = removed
         return report
 
@@ -126,6 +134,13 @@ class FolderWatch:
             if self.on_progress is not None:
                 self.on_progress(AddProgress(name, 1, 1, 0, 0, 0.0, None, "removed"))
         return removed
+
+    def _contained(self, path: Path) -> bool:
+        try:
+            contained(path, self.folders)
+        except (OutsideFolderError, OSError):
+            return False
+        return True
 
     def _within(self, key: str) -> bool:
         return self._root_of(Path(key)) is not None

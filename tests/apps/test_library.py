@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from minions.apps.library import AppLibrary, UnsupportedUploadError, UploadTooLargeError, clean_name
 from minions.apps.store import Store
-from minions.errors import DocumentNotFoundError, EmptyDocumentError, UnreadableDocumentError
+from minions.errors import DocumentNotFoundError, EmptyDocumentError, OutsideFolderError, UnreadableDocumentError
 
 from .conftest import AppFactory
 from .helpers import FACT, FILLER, make_pdf, report_pages
@@ -87,7 +87,7 @@ def test_a_folder_adds_supported_files_and_never_follows_links_outside(library: 
     # The link inside the folder is followed (it reads sub/q3.md, added once, under the name met first).
     assert sorted(d.name for d in report.added) == ["inside-link.md", "report.pdf"]
     skipped = dict(report.skipped)
-    assert "links outside the folder" in skipped["link.txt"]
+    assert "leads outside the folders that may be read" in skipped["link.txt"]
     assert "not a PDF" in skipped["fake.pdf"]
     assert "already in the library as inside-link.md" in skipped["sub/q3.md"]
     assert "script.sh" not in skipped and ".hidden.txt" not in skipped
@@ -159,7 +159,7 @@ def test_a_folder_added_through_the_app_is_kept_in_sync(library: AppLibrary, tmp
 
         loads: list[str] = []
         read = library._load
-        library._load = lambda path, name: (loads.append(name), read(path, name))[1]  # type: ignore[method-assign]
+        library._load = lambda path, name, within: (loads.append(name), read(path, name, within))[1]  # type: ignore[method-assign]
         (folder / "a.md").write_text("# A\n\nThe depot moved to Marseille.")
         assert _until(lambda: "Marseille" in texts().get("a.md", ""))
         assert ranked_first("Where is the depot?") == "a.md" and "Lyon" not in "".join(texts().values())
@@ -212,3 +212,28 @@ def test_a_question_over_a_folder_reads_only_the_documents_it_names(make_local_a
     assert "$4.2 billion" in answer["content"]
     assert result["reading"]["library"]["documents"][0] == "quill.txt"
     assert {j["document"] for j in result["jobs"]} == {"quill.txt"}
+
+
+def test_a_file_swapped_for_a_link_out_after_it_was_added_is_never_read(library: AppLibrary, tmp_path: Path) -> None:
+    """Every later read of a document's file is held to the same rule: a folder's file only from its folder, an
+    upload only from the uploads folder; a remembered folder that has become a link is not read at all."""
+    folder, outside = tmp_path / "docs", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "a.md").write_text("# A\n\nThe depot is in Lyon.")
+    (outside / "a.md").write_text("# Secret\n\nThe vault code is 4471.")
+    library.add_folder(str(folder))
+    upload = library.add_upload("u.txt", b"Uploaded words.")
+    for record in library.store.documents():
+        path = Path(record.path)
+        path.unlink()
+        os.symlink(outside / "a.md", path)
+    library._loaded.clear()  # read from the files again, as after a restart
+    for record in library.store.documents():
+        with pytest.raises(OutsideFolderError, match="leads outside the folders that may be read"):
+            library.load(record)
+    assert upload.id in {r.id for r in library.store.documents()}
+    kept = folder.rename(tmp_path / "docs-was")
+    os.symlink(outside, folder)  # the remembered folder itself now leads elsewhere
+    assert library._real_folders() == [] and library.sync([folder / "a.md"]) == []
+    assert kept.is_dir()

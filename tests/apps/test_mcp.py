@@ -233,7 +233,8 @@ def test_streamable_http_has_the_checks_and_limits_of_minions_serve(served: Serv
 
 def test_off_loopback_it_needs_a_token(library: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "minions", "mcp", "--http", "--host", "0.0.0.0", "--library", str(library)],
+        [sys.executable, "-m", "minions", "mcp", "--library", str(library),
+         "--http", "--host", "0.0.0.0"],  # refused: binds nothing
         env=environment(), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "without a token" in proc.stderr
@@ -293,3 +294,54 @@ def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(libr
     assert by_cli["error"] is None or any(by_cli["error"] in note for note in by_mcp["notes"])
     spent = by_mcp["usage"]["remote"]
     assert spent["calls"] >= 1 and spent["prompt_tokens"] + spent["completion_tokens"] <= int(BUDGET)
+
+
+def test_a_watched_folder_serves_nothing_a_link_leads_to_outside_it(tmp_path: Path) -> None:
+    """Links out of a ``--watch`` folder (a file, a folder, one made while it serves, a file swapped for one) are
+    never read: no search passage, document or ``add`` holds what they lead to, and ``add`` says why it skipped."""
+    watched, outside = tmp_path / "watched", tmp_path / "outside"
+    watched.mkdir()
+    outside.mkdir()
+    (watched / "inside.md").write_text("# Inside\n\nThe board approved the Rotterdam warehouse in March.\n")
+    (watched / "swapped.md").write_text("# Swapped\n\nThe quay in Antwerp was dredged in May.\n")
+    (outside / "secret.md").write_text("# Secret\n\nThe walrus ledger is kept in the vault.\n")
+    (outside / "later.md").write_text("# Later\n\nThe narwhal ledger is kept in the attic.\n")
+    os.symlink(outside / "secret.md", watched / "file-link.md")
+    os.symlink(outside, watched / "folder-link")
+    server = Served("--library", str(tmp_path / "library"), "--watch", str(watched))
+
+    async def documents(client: Client) -> set[str]:
+        return {d["name"] for d in structured(await client.call_tool("list_documents", {}))}
+
+    async def until(client: Client, done: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not done(await documents(client)):
+            assert time.monotonic() < deadline, await documents(client)
+            await anyio.sleep(0.2)
+
+    async def session() -> None:
+        async with Client(server.url, read_timeout_seconds=START_S) as client:
+            await until(client, lambda names: {"inside.md", "swapped.md"} <= names)
+            os.symlink(outside / "later.md", watched / "made-later.md")
+            os.symlink(outside, watched / "folder-made-later")
+            (watched / "swapped.md").unlink()
+            os.symlink(outside / "later.md", watched / "swapped.md")
+            (watched / "omega.md").write_text("# Omega\n\nThe orange groves were sold.\n")
+            await until(client, lambda names: "omega.md" in names and "swapped.md" not in names)
+            for question in ["walrus ledger vault", "narwhal ledger attic"]:
+                found = structured(await client.call_tool("search", {"question": question}))
+                assert not any("ledger" in p["text"] for p in found["passages"]), found
+            assert await documents(client) == {"inside.md", "omega.md"}
+            added = structured(await client.call_tool("add", {"paths": [str(watched)]}))
+            skipped = {Path(s["file"]).name: s["why"] for s in added["skipped"]}
+            assert set(skipped) == {"file-link.md", "folder-link", "made-later.md", "folder-made-later", "swapped.md"}
+            assert all("leads outside the folders that may be read" in why for why in skipped.values())
+            refused = error_text(await client.call_tool("add", {"paths": [str(watched / "file-link.md")]}))
+            assert "outside the folders this server may read" in refused
+            assert await documents(client) == {"inside.md", "omega.md"}
+
+    try:
+        server.line_with("minions mcp on http://127.0.0.1")
+        anyio.run(session)
+    finally:
+        server.stop()

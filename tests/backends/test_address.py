@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from minions.backends.address import host_of, on_this_device
+from minions.backends.address import elsewhere, host_of, on_this_device
 
 HERE = [
     None,  # a model in this process (the embedded llama.cpp)
@@ -47,3 +47,18 @@ def test_host_of_says_where_text_goes() -> None:
     assert host_of("https://api.openai.com/v1") == "api.openai.com"
     assert host_of("http+unix://%2Frun%2Fllm.sock/v1") == host_of("unix:///run/llm.sock") == "unix socket /run/llm.sock"
     assert host_of(None) is None
+
+
+def test_a_test_can_mark_one_loopback_port_as_another_machine() -> None:
+    """``elsewhere`` stands for a remote server on 127.0.0.1: that port only, for the block only, nested blocks kept."""
+    with elsewhere("http://127.0.0.1:8123/v1"):
+        assert not on_this_device("http://127.0.0.1:8123/v1") and not on_this_device("127.0.0.1:8123")
+        assert on_this_device("http://127.0.0.1:8124/v1") and on_this_device("http://localhost:8123/v1")
+        assert not on_this_device("http://127.0.0.1:8123/v1,http://127.0.0.1:8124/v1")  # a fleet with one away
+        with elsewhere("127.0.0.1:8123"):
+            pass
+        assert not on_this_device("http://127.0.0.1:8123")
+    assert on_this_device("http://127.0.0.1:8123/v1")
+    for address in ["http://192.0.2.1:8123", "http://127.0.0.1/v1", "unix:///run/x.sock"]:
+        with pytest.raises(ValueError, match="loopback host:port"), elsewhere(address):
+            pass

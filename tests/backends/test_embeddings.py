@@ -1,21 +1,22 @@
 """Embedding models: what each spec resolves to, the egress rule, and a real OpenAI-compatible server's
-``/v1/embeddings`` (llama-cpp-python's, on this machine) reached on loopback and, as another machine would be, by
-this machine's own network address: then the texts sent are refused unless allowed, and counted."""
+``/v1/embeddings`` (llama-cpp-python's, on this machine) reached on loopback and, as another machine would be, on a
+loopback port that the test marks as off the device (``address.elsewhere``): then the texts sent are refused unless
+allowed, and counted."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from minions.backends.address import elsewhere
 from minions.backends.embeddings import (
     OllamaEmbedder,
     OpenAIEmbedder,
@@ -23,10 +24,11 @@ from minions.backends.embeddings import (
     _shipped_model,
     resolve_embedder,
 )
+from minions.backends.openai import key_for
 from minions.documents import Document
 from minions.errors import BackendConnectionError, ConfigError, ModelNotFoundError
 from minions.protocols.search.library import Library
-from tests.loopback import LoopbackServer, send_json, serving
+from tests.loopback import EmbeddingsServer, LoopbackServer, send_json, serving
 
 from ..conftest import run_server
 
@@ -44,6 +46,44 @@ def test_specs_resolve_to_their_embedders(monkeypatch: pytest.MonkeyPatch) -> No
     assert isinstance(shipped, SentenceTransformersEmbedder) and Path(shipped.model_path).name == "model"
 
 
+def test_a_custom_address_is_never_sent_the_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a recording server on 127.0.0.1 received in ``Authorization``: a placeholder with only OPENAI_API_KEY
+    set, the key given for it (``api_key=``, ``MINIONS_EMBEDDINGS_KEY``) when one is, and OPENAI_API_KEY only where
+    the user pointed OpenAI's own SDK (``OPENAI_BASE_URL``)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    monkeypatch.delenv("MINIONS_EMBEDDINGS_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with serving(EmbeddingsServer()) as server:
+        url = f"{server.url}/v1"
+        resolve_embedder(f"openai-compatible/m@{url}").embed(["a"])  # type: ignore[union-attr]
+        OpenAIEmbedder("m", url, api_key="sk-for-this-server").embed(["b"])
+        monkeypatch.setenv("MINIONS_EMBEDDINGS_KEY", "sk-embeddings")
+        resolve_embedder(f"openai-compatible/m@{url}").embed(["c"])  # type: ignore[union-attr]
+        monkeypatch.delenv("MINIONS_EMBEDDINGS_KEY")
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        OpenAIEmbedder("m", url).embed(["d"])
+    received = [(r.inputs, r.authorization) for r in server.requests]
+    assert received == [
+        (["a"], "Bearer not-needed"),
+        (["b"], "Bearer sk-for-this-server"),
+        (["c"], "Bearer sk-embeddings"),
+        (["d"], "Bearer sk-openai-secret"),
+    ]
+
+
+def test_a_key_variable_goes_only_to_its_providers_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-groq")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert key_for("https://api.openai.com/v1") == key_for("https://api.openai.com/v1/") == "sk-openai"
+    assert key_for("https://api.groq.com/openai/v1") == "gsk-groq"
+    for custom in ["http://api.openai.com/v1", "https://api.openai.com.example.org/v1", "http://127.0.0.1:8080/v1"]:
+        assert key_for(custom) is None
+    assert key_for("http://127.0.0.1:8080/v1", "sk-given") == "sk-given"
+    openai_spec = resolve_embedder("openai/text-embedding-3-small", allow_egress=True)
+    assert isinstance(openai_spec, OpenAIEmbedder) and openai_spec.address == "https://api.openai.com/v1"
+
+
 def test_a_model_on_another_machine_is_refused_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"not on this device.*allow_egress=True or MINIONS_EMBEDDINGS_EGRESS=1"):
         resolve_embedder("openai-compatible/m@http://10.1.2.3:8000/v1")
@@ -53,35 +93,21 @@ def test_a_model_on_another_machine_is_refused_unless_allowed(monkeypatch: pytes
     assert resolve_embedder("ollama/nomic-embed-text@http://10.1.2.3:11434") is not None
 
 
-def _own_address() -> str | None:
-    """This machine's address on its network (not loopback), if it has one."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # no packet is sent: this picks the interface a route would use
-        except OSError:
-            return None
-        address = str(s.getsockname()[0])
-    return None if address.startswith("127.") else address
-
-
 @pytest.mark.slow
 def test_a_real_server_embeds_and_what_leaves_is_counted(smollm2_gguf: Path) -> None:
-    with run_server(smollm2_gguf, "--embedding", "true", "--host", "0.0.0.0") as (url, _):
+    with run_server(smollm2_gguf, "--embedding", "true") as (url, _):
         here = OpenAIEmbedder("smollm2", url)
         vectors = here.embed(["Total revenue was $31.8 million.", "The auditor is KPMG.", "Revenue rose."])
         assert vectors.shape[0] == 3 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
         assert here.sent.requests == 0  # on loopback: nothing left the device
-        address = _own_address()
-        if address is None:
-            pytest.skip("this machine has no network address but loopback")
-        there = url.replace("127.0.0.1", address)
-        with pytest.raises(ConfigError, match="not on this device"):
-            OpenAIEmbedder("smollm2", there)
-        away = OpenAIEmbedder("smollm2", there, allow_egress=True)
+        with elsewhere(url):  # the same server, standing for one on another machine
+            with pytest.raises(ConfigError, match="not on this device"):
+                OpenAIEmbedder("smollm2", url)
+            away = OpenAIEmbedder("smollm2", url, allow_egress=True)
         assert np.allclose(away.embed(["Total revenue was $31.8 million."]), vectors[:1], atol=1e-4)
         sent = away.sent
         assert (sent.requests, sent.texts, sent.bytes) == (1, 1, len(b"Total revenue was $31.8 million."))
-        assert sent.tokens > 0 and sent.host == there.split("//")[1].split("/")[0]
+        assert sent.tokens > 0 and sent.host == url.split("//")[1].split("/")[0]
 
 
 @pytest.mark.slow
@@ -97,13 +123,10 @@ def test_loading_the_model_on_this_device_prints_nothing() -> None:
 class OllamaEmbedServer(LoopbackServer):
     """Ollama's ``/api/embed`` as Ollama answers it (``embeddings``, one per input, and ``prompt_eval_count``),
     its vectors computed by a real sentence-embedding model (Ollama itself cannot be installed here); it records
-    each request's inputs. ``host`` 0.0.0.0 lets it be reached by this machine's network address."""
+    each request's inputs."""
 
-    def __init__(self, model: SentenceTransformersEmbedder, host: str = "127.0.0.1") -> None:
+    def __init__(self, model: SentenceTransformersEmbedder) -> None:
         super().__init__(_OllamaEmbedHandler)
-        if host != "127.0.0.1":
-            self.server_close()
-            ThreadingHTTPServer.__init__(self, (host, 0), _OllamaEmbedHandler)
         self.model = model
         self.inputs: list[list[str]] = []
 
@@ -162,11 +185,7 @@ def test_a_library_embeds_through_ollama_and_finds_what_words_miss(shipped: Sent
 def test_an_ollama_server_on_another_machine_is_refused_unless_allowed_then_counted(
     shipped: SentenceTransformersEmbedder,
 ) -> None:
-    address = _own_address()
-    if address is None:
-        pytest.skip("this machine has no network address but loopback")
-    with serving(OllamaEmbedServer(shipped, host="0.0.0.0")) as server:
-        there = f"http://{address}:{server.server_address[1]}"
+    with serving(OllamaEmbedServer(shipped)) as server, elsewhere(server.url) as there:
         with pytest.raises(ConfigError, match="not on this device"):
             Library(None, embeddings=f"ollama/minilm@{there}")
         away = OllamaEmbedder("minilm", there, allow_egress=True)

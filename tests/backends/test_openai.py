@@ -83,9 +83,9 @@ class Script:
 def make_backend(server: Script, model: str = "gpt-4o-mini", **kwargs: Any) -> OpenAIBackend:
     kwargs.setdefault("api_key", "sk-test")
     kwargs.setdefault("backoff_s", 0.001)
+    kwargs.setdefault("base_url", BASE)
     return OpenAIBackend(
         model,
-        base_url=BASE,
         http_client=httpx.Client(transport=httpx.MockTransport(server)),
         **kwargs,
     )
@@ -156,14 +156,21 @@ def test_missing_key_is_reported_at_first_call_naming_the_variable(monkeypatch: 
 def test_key_is_read_lazily_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = Script(reply())
-    backend = make_backend(server, api_key=None)
+    backend = make_backend(server, api_key=None, base_url="https://api.openai.com/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     backend.chat("hi")
     assert server.requests[0].headers["authorization"] == "Bearer sk-from-env"
 
 
-def test_custom_base_url_without_key_sends_a_placeholder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+@pytest.mark.parametrize("openai_key", [None, "sk-openai-secret"])
+def test_custom_base_url_without_key_sends_a_placeholder(
+    monkeypatch: pytest.MonkeyPatch, openai_key: str | None
+) -> None:
+    """A custom address is never sent OPENAI_API_KEY: that key goes to OpenAI's address only."""
+    if openai_key:
+        monkeypatch.setenv("OPENAI_API_KEY", openai_key)
+    else:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = Script(reply())
     make_backend(server, api_key=None).chat("hi")
     assert server.requests[0].headers["authorization"] == "Bearer not-needed"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from minions.documents import SUPPORTED_SUFFIXES
-from minions.documents.files import TEXT_SUFFIXES, check_content, sha256_file, walk
-from minions.errors import UnreadableDocumentError
+from minions.documents import SUPPORTED_SUFFIXES, files
+from minions.documents.files import TEXT_SUFFIXES, check_content, contained, read_contained, sha256_file, walk
+from minions.errors import OutsideFolderError, UnreadableDocumentError
 
 from .doc_helpers import make_pdf
 
@@ -34,6 +34,78 @@ def test_a_walk_finds_supported_files_in_order_skipping_hidden_ones_and_symlinke
     found = [p.relative_to(folder).as_posix() for p in walk(folder)]
 
     assert found == ["a.TXT", "b.md", "linked.txt", "sub/c.pdf", "z/e.docx"]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    """``docs/`` (``notes.txt``, ``sub/inner.txt``) and, beside it, ``outside/secret.txt``."""
+    folder, outside = tmp_path / "docs", tmp_path / "outside"
+    (folder / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (folder / "notes.txt").write_text("notes inside")
+    (folder / "sub" / "inner.txt").write_text("inner notes")
+    (outside / "secret.txt").write_text("a secret outside")
+    return folder, outside
+
+
+def test_a_path_is_contained_where_it_really_is_once_links_and_dots_are_followed(tree: tuple[Path, Path]) -> None:
+    folder, outside = tree
+    os.symlink(outside / "secret.txt", folder / "file-link.txt")
+    os.symlink(outside, folder / "folder-link")
+    os.symlink(folder / "sub" / "inner.txt", folder / "inside-link.txt")
+    assert contained(folder / "notes.txt", [folder]) == (folder / "notes.txt").resolve()
+    assert contained(folder / "inside-link.txt", [folder]) == (folder / "sub" / "inner.txt").resolve()
+    assert contained(folder / "sub" / ".." / "notes.txt", [folder]) == (folder / "notes.txt").resolve()
+    for leaving in ["file-link.txt", "folder-link/secret.txt", "sub/../../outside/secret.txt"]:
+        with pytest.raises(OutsideFolderError, match=r"outside the folders that may be read .*--follow-links"):
+            contained(folder / leaving, [folder])
+        with pytest.raises(OutsideFolderError):
+            read_contained(folder / leaving, [folder])
+    assert read_contained(folder / "inside-link.txt", [folder]) == b"inner notes"
+    assert contained(folder / "file-link.txt", [folder, outside]) == (outside / "secret.txt").resolve()
+    with pytest.raises(FileNotFoundError):
+        contained(folder / "gone.txt", [folder])
+
+
+@pytest.mark.parametrize("swapped", ["the file", "its folder"])
+def test_a_link_swapped_in_between_the_check_and_the_read_is_refused(
+    tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, swapped: str
+) -> None:
+    """The race a checked path loses: the path passes ``contained``, then (before it is opened) the file, or a
+    folder on its way, is replaced by a link outside; the read is refused, and the secret's bytes never read."""
+    folder, outside = tree
+    checked = files.contained
+
+    def check_then_swap(path: str | os.PathLike[str], roots: object) -> Path:
+        real = checked(path, roots)  # type: ignore[arg-type]
+        if swapped == "the file":
+            (folder / "sub" / "inner.txt").unlink()
+            os.symlink(outside / "secret.txt", folder / "sub" / "inner.txt")
+        else:
+            (folder / "sub").rename(folder / "sub-was")
+            (outside / "inner.txt").write_text("a secret outside")
+            os.symlink(outside, folder / "sub")
+        return real
+
+    monkeypatch.setattr(files, "contained", check_then_swap)
+    with pytest.raises(OutsideFolderError, match="while it was read"):
+        read_contained(folder / "sub" / "inner.txt", [folder])
+
+
+def test_a_pipe_is_not_read(tree: tuple[Path, Path]) -> None:
+    folder, _ = tree
+    os.mkfifo(folder / "pipe.txt")
+    with pytest.raises(UnreadableDocumentError, match="not a regular file"):
+        read_contained(folder / "pipe.txt", [folder])
+
+
+def test_a_walk_follows_folder_links_only_when_asked_and_ends_in_a_loop(tree: tuple[Path, Path]) -> None:
+    folder, outside = tree
+    os.symlink(outside, folder / "folder-link")
+    os.symlink(folder, folder / "sub" / "loop")
+    assert [p.relative_to(folder).as_posix() for p in walk(folder)] == ["notes.txt", "sub/inner.txt"]
+    followed = [p.relative_to(folder).as_posix() for p in walk(folder, follow_links=True)]
+    assert followed == ["notes.txt", "folder-link/secret.txt", "sub/inner.txt"]
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ def test_listening_beyond_loopback_without_a_token_refuses_to_start(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("MINIONS_APP_TOKEN", raising=False)
-    assert main(["serve", "--host", "0.0.0.0", "--data-dir", str(tmp_path)]) == 2
+    assert main(["serve", "--host", "0.0.0.0", "--data-dir", str(tmp_path)]) == 2  # refused: binds nothing
     err = capsys.readouterr().err
     assert "Refusing to listen on 0.0.0.0 without a token" in err and "MINIONS_APP_TOKEN" in err
 
