@@ -108,6 +108,11 @@ def priced(backend: Backend, usage: Usage, prices: PriceTable, *, on_device: boo
     )
 
 
+def _timed(usage: Usage, start: float) -> Usage:
+    """``usage`` with the seconds since ``start`` where the backend did not count them."""
+    return usage if usage.seconds else usage + Usage(seconds=time.perf_counter() - start)
+
+
 class Meter:
     """Usage by role, thread-safe."""
 
@@ -199,12 +204,10 @@ class RemoteChannel:
         try:
             result = self.backend.chat(messages, params)
         except BackendError as exc:  # it went out, as many times as it was tried: counted, with what it cost
-            spent = self._priced(exc.usage or Usage())
+            spent = _timed(self._priced(exc.usage or Usage()), start)  # a timeout has no tokens, but took its time
             self.meter.add("remote", replace(spent, calls=max(spent.calls, exc.attempts)))
             raise
-        usage = self._priced(result.usage)
-        if not usage.seconds:
-            usage = usage + Usage(seconds=time.perf_counter() - start)
+        usage = _timed(self._priced(result.usage), start)
         # a request the backend sent again (after a transient failure, or in a form the server takes) went out
         # each time
         self.meter.add("remote", replace(usage, calls=max(usage.calls, int(result.stats.get("attempts", 1)))))

@@ -24,6 +24,7 @@ from minions.backends.registry import resolve
 from minions.backends.scripted import ScriptedBackend
 from minions.cost import Price, PriceTable
 from minions.documents import Document
+from minions.errors import BackendTimeoutError
 from minions.protocols import Budget, Minions, RemoteOnly
 from minions.protocols.channel import MIN_REPLY_TOKENS, prompt_tokens
 from minions.tokens import TOKEN_MARGIN, count_tokens
@@ -138,6 +139,16 @@ def test_a_request_the_backend_sends_twice_counts_twice(local, doc):
     assert result.complete
     assert_all_logged(server.received, {r.text for r in result.egress})
     assert len(server.received) == result.usage["remote"].calls == 3  # the plan twice, the decision once
+
+
+def test_a_request_that_failed_counts_its_attempts_and_the_time_they_took(local, doc, remote):
+    """A request that timed out went out (as many times as it was tried) and was waited for; with no reply it has no
+    tokens. Its usage says so, rather than calls that took no time."""
+    remote.enqueue(BackendTimeoutError("no reply within 120s", backend=remote.name, attempts=2))
+    result = RemoteOnly(local, remote).run(QUESTION, [doc])
+    usage = result.usage["remote"]
+    assert result.error == "no reply within 120s" and not result.complete
+    assert (usage.calls, usage.total_tokens, usage.cost_usd) == (2, 0, 0.0) and usage.seconds > 0
 
 
 @pytest.mark.parametrize("protocol", [Minions, RemoteOnly])
