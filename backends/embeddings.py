@@ -332,8 +332,9 @@ def model_name(model: str) -> str:
 def vector_model_of(embedder: Embedder) -> str:
     """The model ``embedder``'s vectors are of: its weights' name (one model run two ways gives comparable
     vectors), or its name where it has no other."""
-    local = isinstance(embedder, OnnxEmbedder | SentenceTransformersEmbedder)
-    return embedder.model if local else embedder.name
+    if isinstance(embedder, OnnxEmbedder | SentenceTransformersEmbedder):
+        return embedder.model
+    return embedder.name
 
 
 def pinned_name(stored: str) -> str:
@@ -584,9 +585,9 @@ def _fetched_model() -> Path | None:
         from huggingface_hub import snapshot_download
     except ImportError:
         return None
-    wanted = {"allow_patterns": list(FETCH_FILES)}
+    wanted = list(FETCH_FILES)
     with suppress(OSError, ValueError):  # not in the cache yet
-        return _complete(Path(snapshot_download(FETCHED_MODEL, local_files_only=True, **wanted)))
+        return _complete(Path(snapshot_download(FETCHED_MODEL, local_files_only=True, allow_patterns=wanted)))
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         _words_only(f"offline (HF_HUB_OFFLINE), and the embedding model {FETCHED_MODEL} is not downloaded")
         return None
@@ -594,7 +595,7 @@ def _fetched_model() -> Path | None:
     log.warning("Fetching the embedding model %s once from %s (90 MB; %s=none searches by words alone).",
                 FETCHED_MODEL, endpoint, EMBEDDINGS_ENV)  # fmt: skip
     try:
-        return _complete(Path(snapshot_download(FETCHED_MODEL, endpoint=endpoint, **wanted)))
+        return _complete(Path(snapshot_download(FETCHED_MODEL, endpoint=endpoint, allow_patterns=wanted)))
     except Exception as exc:  # any failure of the fetch (network, hub, disk) leaves words alone
         _words_only(f"the embedding model {FETCHED_MODEL} could not be fetched from {endpoint} ({type(exc).__name__})")
         return None

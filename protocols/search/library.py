@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
-from minions.backends.embeddings import Embedder, resolve_embedder
+from minions.backends.embeddings import Embedder, resolve_embedder, vector_model_of
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
@@ -248,7 +248,9 @@ class Library:
         self.index = index if index is not None else SqliteIndex(_index_path(path))
         self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
         """The model that gives each chunk a meaning vector (``backends.embeddings``; "auto" by default, None: the
-        library searches by words alone)."""
+        library searches by words alone). A question's meaning search is refused while the index holds another
+        model's vectors (``embed(again=True)`` replaces them)."""
+        self.index.expect_vector_model(vector_model_of(self.embedder) if self.embedder is not None else None)
         self.options = RunOptions.from_kwargs(dict(options))
         self._models = (local, remote, protocol, options)
         self._protocol: Any = None
@@ -334,9 +336,13 @@ class Library:
             self.warm([d.name for d in report.added], on_progress=on_warm)
         return report
 
-    def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None) -> int:
+    def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None, *, again: bool = False) -> int:
         """Give every chunk that has none a meaning vector, in batches (stopped, it goes on where it stopped next
-        time); the number embedded (0 without an embedding model)."""
+        time); the number embedded (0 without an embedding model). ``again``: every stored vector is dropped
+        first and computed again (``minions index --reembed``: after a change of model). Vectors of another model
+        than this library's embedder are dropped in any case: a library's vectors are one model's."""
+        if again:
+            self.index.drop_vectors()
         if self.embedder is None:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)
