@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -335,6 +336,24 @@ class Library:
         if warm and report.added:
             self.warm([d.name for d in report.added], on_progress=on_warm)
         return report
+
+    def load_in_background(self) -> threading.Thread | None:
+        """Load the embedding model in a thread of its own (a server calls it when it starts: its first question
+        then does not wait seconds for the load); the thread, None without a model. A failed load is logged and
+        left for the first question to meet and say."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+
+        def load() -> None:
+            try:
+                embedder.embed(["a question"], query=True)
+            except Exception as exc:  # the first search meets it again and reports it where a user sees it
+                log.warning("the embedding model %s did not load: %s", embedder.name, exc)
+
+        thread = threading.Thread(target=load, name="minions-embedder-load", daemon=True)
+        thread.start()
+        return thread
 
     def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None, *, again: bool = False) -> int:
         """Give every chunk that has none a meaning vector, in batches (stopped, it goes on where it stopped next

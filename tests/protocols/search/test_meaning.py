@@ -186,3 +186,21 @@ def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
     got = auto.embed(texts)
     assert got.dtype == np.float32 and np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
     assert np.min(np.sum(got * torch.embed(texts), axis=1)) > 0.99
+
+
+def test_a_server_loads_the_model_in_the_background(caplog: pytest.LogCaptureFixture) -> None:
+    embedder = KeywordEmbedder()
+    thread = Library(embeddings=embedder).load_in_background()
+    assert thread is not None
+    thread.join(timeout=30)
+    assert embedder.calls == [1]  # one question embedded: the model is loaded before the first real one
+    assert Library(embeddings="none").load_in_background() is None
+
+    class Broken(KeywordEmbedder):
+        def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+            raise ConfigError("no weights here")
+
+    broken = Library(embeddings=Broken()).load_in_background()
+    assert broken is not None
+    broken.join(timeout=30)
+    assert "did not load: no weights here" in caplog.text  # said, and left for the first question to meet
