@@ -1,9 +1,10 @@
 """The chunks' meaning vectors, in the library's own index file beside their text (``search.index``).
 
 One row a chunk in ``chunk_vectors``: its id and its vector as float16 (384 dimensions: 768 bytes; the 34,274
-chunks of 74 10-Ks take 26 MB). The meta row ``embedder`` names the model that made them: vectors of another model
-are dropped when the library is opened with a new one, and computed again. A search reads them once into one
-float32 matrix (kept until the index changes) and scores a question against every chunk of the documents it is
+chunks of 74 10-Ks take 26 MB). The meta rows ``embedder`` and ``embedder_dim`` name the model that made them and
+their length: a question of another model is refused, and vectors of another model are dropped when the library
+embeds with a new one, and computed again. A search reads them once into one float32 matrix (kept until the index
+changes; vectors added through the index are appended to it, ``VectorMatrix.appended``) and scores a question against every chunk of the documents it is
 routed to with one matrix product: numpy, no SQLite extension (this machine's Python cannot load one).
 """
 
