@@ -132,6 +132,7 @@ class AppLibrary:
         """Indexes the documents in an index of another format again when it opens, from their stored text; a
         document it cannot is indexed again from its file at the next search."""
         self.library.options = options or RunOptions()
+        self.library.load_in_background()  # the app's and the API's first question does not wait for it
         self.max_bytes = max_bytes
         self.progress: dict[str, Any] | None = None
         """While a folder is being added: the folder, files done of files_total, the file at hand."""

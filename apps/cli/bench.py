@@ -1,4 +1,4 @@
-"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|cache``: each benchmark (``evals.bench``) as a
+"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache``: each benchmark (``evals.bench``) as a
 command that prints one JSON line per setting."""
 
 from __future__ import annotations
@@ -274,6 +274,30 @@ def _add_bench_evidence_parser(kinds: Any) -> None:
     ev.set_defaults(func=cmd_bench_evidence)
 
 
+def cmd_bench_embed(args: argparse.Namespace) -> int:
+    from minions.evals.bench.embed import EmbedBenchConfig, embed_bench
+    from minions.paths import benchmark_data
+
+    args.ways = tuple(args.way) if args.way else None
+    config = _given(EmbedBenchConfig(), args, ("files", "chunks", "pairs", "model", "ways"))
+    root = benchmark_data("financebench", args.data, expected="a FinanceBench checkout")
+    return _print_lines(embed_bench(root / "pdfs", config))
+
+
+def _add_bench_embed_parser(kinds: Any) -> None:
+    from minions.evals.bench.embed import WAYS, EmbedBenchConfig
+
+    d = EmbedBenchConfig()
+    embed = kinds.add_parser("embed", help="meaning vectors a second: each runtime against PyTorch float32")
+    _add_data_option(embed, "a FinanceBench checkout (its pdfs/ give the chunks)")
+    embed.add_argument("--files", type=int, help=f"the first N filings give the chunks (default {d.files})")
+    embed.add_argument("--chunks", type=int, help=f"chunks embedded per run (default {d.chunks})")
+    embed.add_argument("--pairs", type=int, help=f"timed pairs per way, baseline then way (default {d.pairs})")
+    embed.add_argument("--model", help="a sentence-transformers folder (default: the one auto takes)")
+    embed.add_argument("--way", action="append", choices=WAYS[1:], help="only this way (repeatable)")
+    embed.set_defaults(func=cmd_bench_embed)
+
+
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
     from minions.evals.bench.fleet import FleetBenchConfig, fleet_bench
 
@@ -325,6 +349,7 @@ def add_bench_parser(sub: Any) -> None:
     _add_bench_pdf_parser(kinds)
     _add_bench_evidence_parser(kinds)
     _add_bench_fleet_parser(kinds)
+    _add_bench_embed_parser(kinds)
 
     from minions.apps.cli.library import add_cache_bench_parser
 

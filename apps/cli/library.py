@@ -25,7 +25,7 @@ BAR = 24
 
 def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentParser], None]) -> None:
     index = sub.add_parser("index", help="add documents to a library: their text indexed, for questions over all")
-    index.add_argument("files", nargs="+", metavar="FILE|FOLDER", help="documents, or folders of them")
+    index.add_argument("files", nargs="*", metavar="FILE|FOLDER", help="documents, or folders of them")
     add_library_option(index, "the library to add to")
     index.add_argument("--chunk-size", type=int, help="characters per chunk (default: the protocols' default)")
     index.add_argument(
@@ -40,6 +40,11 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
         help="read files and folders that links lead to outside the folders named (skipped otherwise)",
     )
     index.add_argument("--json", action="store_true", help="print one JSON line per file")
+    index.add_argument(
+        "--reembed",
+        action="store_true",
+        help="compute every chunk's meaning vector again, with the model MINIONS_EMBEDDINGS names (after a change)",
+    )
     add_model_options(index)
     index.set_defaults(func=cmd_index)
 
@@ -122,13 +127,24 @@ def cmd_index(args: argparse.Namespace) -> int:
         elif p.done >= p.total:
             print(embed_line(p), file=sys.stderr, flush=True)
 
+    if not args.files and not args.reembed:
+        raise MinionsError("Name the documents or folders to add (or --reembed to compute the vectors again).")
     if args.watch:
         if args.follow_links:
             print("--follow-links is for one index run: a watched folder is read only inside itself", file=sys.stderr)
             return 2
         return _watch(library, args.files, added)
     if library.embedder is None:
+        if args.reembed:
+            raise MinionsError("--reembed needs an embedding model: set MINIONS_EMBEDDINGS (auto, onnx/<folder>, ...).")
         print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
+    if args.reembed and not args.files:
+        with library:
+            count = library.embed(embedded, again=True)
+        print(f"library {library.index.path}: {count} chunks embedded again with {library.embedder.name}")
+        return 0
+    if args.reembed:
+        library.index.drop_vectors()  # the add below computes them all again
     with library:
         report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
                              follow_links=args.follow_links)  # fmt: skip

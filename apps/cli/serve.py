@@ -150,6 +150,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         open_library(args), local=local, remote=remote, allow=allow, watch=args.watch, options=budget_options(args),
         on_progress=lambda p: print(add_line(p), file=sys.stderr, flush=True),
     )  # fmt: skip
+    server.library.load_in_background()  # the first search does not wait for the embedding model's load
     try:
         server.start_watching()
         if config is None:

