@@ -3,6 +3,7 @@ sharing no word with the question."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,6 +194,7 @@ def test_a_real_model_finds_a_match_that_shares_no_word() -> None:
 
 
 def test_a_server_loads_the_model_in_the_background(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)  # a CLI test run before in this process leaves the root logger at ERROR
     embedder = KeywordEmbedder()
     thread = Library(embeddings=embedder).load_in_background()
     assert thread is not None
