@@ -144,7 +144,8 @@ class Stub:
     def __init__(self, outcome: RunResult | Exception) -> None:
         self.outcome = outcome
 
-    def run(self, task: str, documents: list[Document], ranking: object = None) -> RunResult:
+    def run(self, task: str, documents: list[Document], ranking: object = None, choices: object = None) -> RunResult:
+        self.asked = (task, choices)
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
