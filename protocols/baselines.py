@@ -20,7 +20,7 @@ from minions.types import Message
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
 from .evidence.choosing import choice_answer, choose
-from .evidence.citations import Finding, aggregate, locate, verify_citation
+from .evidence.citations import Finding, aggregate, locate, place, verify_citation
 from .evidence.reading import chunk_evidence, evidence, read
 from .evidence.written import written_answer
 from .prompts import render
@@ -184,9 +184,9 @@ class LocalOnly(BaseProtocol):
         failed = sum(r.failed_in_backend for r in reading.records)
         searched = ctx.ranking.chunks if ctx.ranking is not None else len(chunks)
         ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=searched, failed=failed)
-        choice = choose(ctx, [c.text for c in ctx.citations])
+        choice = choose(ctx, ctx.citations)
         if choice is not None:
-            ctx.best_answer = choice_answer(choice, ctx.best_answer)
+            ctx.best_answer = choice_answer(choice, ctx.citations[0])
         else:
             ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
 
@@ -215,7 +215,6 @@ def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed:
         )
     best, c = findings[0], findings[0].citation
     assert c is not None
-    place = c.label.replace(f"{c.document} ", f"{c.document}, ", 1)
     if best.answer != c.text:
-        return f"{best.answer}, according to {place}:\n\u201c{c.text}\u201d"
-    return f"According to {place}:\n\u201c{c.text}\u201d"
+        return f"{best.answer}, according to {place(c)}:\n\u201c{c.text}\u201d"
+    return f"According to {place(c)}:\n\u201c{c.text}\u201d"

@@ -103,14 +103,14 @@ _NOT_ALTERNATIVE = re.compile(
 """What follows "or" where it does not offer an alternative answer ("aged 80 or older", "or not")."""
 ALTERNATIVE_WORDS = 4
 """An "or" followed by this few words before the question mark offers an alternative ("grow or shrink in 2025?")."""
-_SENTENCE = re.compile(r"[^.!?\n]*\?")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n")
 _OPTION_LINE = re.compile(r"^\s*\(?([A-J])\s*[.):]\s+(\S.*?)\s*$")
 
 
 def _question_sentence(text: str) -> str | None:
     """The last sentence of ``text`` that ends with a question mark, or None."""
-    found = _SENTENCE.findall(text)
-    return found[-1].strip() if found else None
+    found = [piece for piece in _SENTENCE_BREAK.split(text) if "?" in piece]
+    return found[-1][: found[-1].rindex("?") + 1].strip() if found else None
 
 
 def is_yes_no(question: str) -> bool:

@@ -107,7 +107,7 @@ class RunOptions:
     local model chooses one on its quotes (``protocols.evidence.choosing``): "scores", by the options'
     log-probabilities; "schema", under a JSON schema that allows only them; "auto", scores where the backend
     reports log-probabilities, else the schema; "quote", no choice (the answer is the best quote)."""
-    unsure_margin: float = 0.1
+    unsure_margin: float = 0.05
     """Local choice by scores: where the best option's probability (over the options) is within this of the next,
     the answer says the model is not sure instead of guessing."""
     batch_size: int = 64

@@ -36,6 +36,8 @@ from ..choices import Choices
 from ..context import RunContext
 from ..parsing import extract_json
 from ..prompts import render
+from ..result import Citation
+from .citations import place
 from .jobs import SCORE_REPLY_TOKENS, SCORE_STOP, SCORE_TOP_TOKENS, answer_step
 
 __all__ = ["CHOICE_QUOTES", "Choice", "choice_answer", "choice_requests", "choose", "option_logprobs"]
@@ -174,15 +176,15 @@ def _combine(choices: Choices, results: Sequence[ChatResult], scored: bool, marg
         if lps is None:
             return None
         probabilities = _probabilities(lps)
-        for place, i in enumerate(order):
-            total[i] += probabilities[place] / len(per_order)
+        for k, i in enumerate(order):
+            total[i] += probabilities[k] / len(per_order)
         picks.append(order[max(range(len(order)), key=lambda k: probabilities[k])])
     ranked = sorted(range(len(total)), key=lambda i: -total[i])
     sure = len(ranked) == 1 or total[ranked[0]] - total[ranked[1]] >= margin
     return Choice(choices, "scores", tuple(picks), tuple(total), ranked[0] if sure else None)
 
 
-def choose(ctx: RunContext, quotes: Sequence[str]) -> Choice | None:
+def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
     """The local model's choice among ``ctx.choices`` on ``quotes`` (best first), recorded in
     ``ctx.reading["choice"]``; None where there is nothing to choose, ``choose="quote"`` was asked for, the backend
     can neither score nor follow a schema, or it failed (the quote answer stands)."""
@@ -191,7 +193,8 @@ def choose(ctx: RunContext, quotes: Sequence[str]) -> Choice | None:
     scored = caps.logprobs and how in ("auto", "scores")
     if choices is None or not quotes or how == "quote" or not (scored or caps.json_schema):
         return None
-    requests = choice_requests(ctx.question or ctx.task, choices, quotes[:CHOICE_QUOTES], scored=scored)
+    texts = [q.text for q in quotes[:CHOICE_QUOTES]]
+    requests = choice_requests(ctx.question or ctx.task, choices, texts, scored=scored)
     try:
         with ctx.timed("local"):
             results = ctx.local.batch(requests, cancel=ctx.cancel)
@@ -209,10 +212,11 @@ def choose(ctx: RunContext, quotes: Sequence[str]) -> Choice | None:
     return choice
 
 
-def choice_answer(choice: Choice, quote_answer: str) -> str:
-    """The answer in the form asked ("Yes", "C: <option>"), then ``quote_answer`` (the quote that supports it); or
-    that the model is not sure, naming the two options it could not tell apart."""
+def choice_answer(choice: Choice, quote: Citation) -> str:
+    """The answer in the form asked ("Yes", "C: <option>"), then the best ``quote``, which it rests on, and its
+    place; or that the model is not sure, naming the two options it could not tell apart, then the quote."""
     c = choice.choices
+    quote_answer = f"According to {place(quote)}:\n\u201c{quote.text}\u201d"
     if choice.picked is not None:
         return f"{c.answer(choice.picked)}\n{quote_answer}"
     if choice.probabilities is not None:
