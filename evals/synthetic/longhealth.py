@@ -31,8 +31,15 @@ DIAGNOSES = ("community-acquired pneumonia", "non-small cell lung cancer", "atri
 FACTS: dict[str, tuple[tuple[str, ...], str, str]] = {
     # kind: (the options, the sentence that states one, the question)
     "antibiotic": (
-        ("Ceftriaxone", "Ampicillin/sulbactam", "Clarithromycin", "Levofloxacin", "Piperacillin/tazobactam",
-         "Meropenem", "Doxycycline"),  # fmt: skip
+        (
+            "Ceftriaxone",
+            "Ampicillin/sulbactam",
+            "Clarithromycin",
+            "Levofloxacin",
+            "Piperacillin/tazobactam",
+            "Meropenem",
+            "Doxycycline",
+        ),
         "Antibiotic therapy with {x} was given intravenously for seven days.",
         "Which antibiotic did {p} receive intravenously?",
     ),
@@ -42,14 +49,19 @@ FACTS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "Which anticoagulant was {p} discharged on?",
     ),
     "imaging": (
-        ("CT of the chest", "MRI of the spine", "PET-CT", "abdominal ultrasound", "echocardiography",
-         "bone scintigraphy"),  # fmt: skip
+        (
+            "CT of the chest",
+            "MRI of the spine",
+            "PET-CT",
+            "abdominal ultrasound",
+            "echocardiography",
+            "bone scintigraphy",
+        ),
         "To stage the disease, {x} was performed and showed no new lesions.",
         "Which examination was performed to stage the disease of {p}?",
     ),
     "chemotherapy": (
-        ("R-CHOP", "Carboplatin/pemetrexed", "FOLFOX", "Cisplatin/etoposide", "Bendamustine/rituximab",
-         "Docetaxel"),  # fmt: skip
+        ("R-CHOP", "Carboplatin/pemetrexed", "FOLFOX", "Cisplatin/etoposide", "Bendamustine/rituximab", "Docetaxel"),
         "Chemotherapy with {x} was started in the first cycle without complications.",
         "Which chemotherapy regimen did {p} start?",
     ),
