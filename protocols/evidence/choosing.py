@@ -9,8 +9,10 @@ them, chosen by the local model from the best quotes its reading found, then the
              token's distribution over the options' names (" B", " Yes") scores them all at once; the
              probabilities, over the options only, are averaged over the asks
     schema   elsewhere (or ``choose="schema"``): a JSON schema allows only the options' names, decoded greedily
-    orders   every question is asked twice, the options listed as given and reversed: a small model favours a
-             place ("A", the first word offered), and a pick that moves with the order is no pick
+    orders   every question is asked twice: lettered options as given and turned by one place, whose two
+             distributions over the letters take the letters' own pull out of the options' scores (``_unbiased``:
+             a small model favours a letter, "D", whatever it names); answers by name as given and reversed, their
+             probabilities averaged (a small model favours the answer offered first)
     unsure   the best option's probability within ``RunOptions.unsure_margin`` of the next (by scores), or the two
              orders picking two options (by schema): the answer says it is not sure instead of guessing
 
@@ -71,10 +73,13 @@ class Choice:
                 "abstained": self.abstained}  # fmt: skip
 
 
-def orders(n: int) -> list[list[int]]:
-    """The orders the options are listed in: as given, and reversed (one order for one option)."""
-    given = list(range(n))
-    return [given, given[::-1]] if n > 1 else [given]
+def orders(choices: Choices) -> list[list[int]]:
+    """The orders the options are listed in: as given, then lettered options turned by one place (the second ask's
+    letter A is the first's B: ``_unbiased``), answers by name reversed; one order for one option."""
+    given = list(range(len(choices.options)))
+    if len(given) == 1:
+        return [given]
+    return [given, given[1:] + given[:1]] if choices.lettered else [given, given[::-1]]
 
 
 def choice_requests(question: str, choices: Choices, quotes: Sequence[str], *, scored: bool) -> list[ChatRequest]:
@@ -85,7 +90,7 @@ def choice_requests(question: str, choices: Choices, quotes: Sequence[str], *, s
     evidence = render("choose", quotes=list(quotes))
     names = choices.names
     requests = []
-    for order in orders(len(choices.options)):
+    for order in orders(choices):
         listed = choices.listing(order)
         said = [name for name, _ in listed]
         answers = f"{', '.join(said[:-1])} or {said[-1]}" if len(said) > 1 else said[0]
@@ -145,6 +150,26 @@ def _probabilities(logprobs: Sequence[float]) -> list[float]:
     return [math.exp(lp - total) for lp in logprobs]
 
 
+def _unbiased(first: Sequence[float], turned: Sequence[float]) -> list[float]:
+    """Each option's score with the letters' own pull taken out. A small model favours a letter whatever it
+    names ("D" on BAMBOO, whatever the fourth option says); say the log-probability of letter L is
+
+        first[L]  = q(L) + s(L)     + c1        # asked with the options as given: letter L names option L
+        turned[L] = q(L) + s(L + 1) + c2        # turned by one: letter L names option L + 1 (mod n)
+
+    with q the letters' pull, s the options' scores and c the asks' constants. Then
+    d(L) = first[L] - turned[L] = s(L) - s(L + 1) + (c1 - c2); around the circle the s terms cancel, so
+    c1 - c2 = mean(d), and s follows step by step from s(0) = 0: s(L + 1) = s(L) - (d(L) - mean(d)). A model
+    that names one letter whatever it names scores every option alike: it is not sure."""
+    n = len(first)
+    d = [first[k] - turned[k] for k in range(n)]
+    mean = sum(d) / n
+    scores = [0.0]
+    for k in range(n - 1):
+        scores.append(scores[-1] - (d[k] - mean))
+    return scores
+
+
 def _schema_pick(result: ChatResult, names: Sequence[str]) -> str | None:
     if not result.ok:
         return None
@@ -157,7 +182,7 @@ def _schema_pick(result: ChatResult, names: Sequence[str]) -> str | None:
 
 def _combine(choices: Choices, results: Sequence[ChatResult], scored: bool, margin: float) -> Choice | None:
     """The choice the asks make together (None where a reply could not be read)."""
-    per_order = orders(len(choices.options))
+    per_order = orders(choices)
     names = choices.names
     if not scored:
         picks: list[int | None] = []
@@ -168,17 +193,21 @@ def _combine(choices: Choices, results: Sequence[ChatResult], scored: bool, marg
             return None
         agreed = picks[0] if len(set(picks)) == 1 else None
         return Choice(choices, "schema", tuple(picks), None, agreed)
-    total = [0.0] * len(names)
-    picks = []
-    for order, result in zip(per_order, results, strict=True):
-        listed = [name for name, _ in choices.listing(order)]
-        lps = option_logprobs(result, listed, choices.lettered)
-        if lps is None:
-            return None
-        probabilities = _probabilities(lps)
-        for k, i in enumerate(order):
-            total[i] += probabilities[k] / len(per_order)
-        picks.append(order[max(range(len(order)), key=lambda k: probabilities[k])])
+    read = [option_logprobs(r, [name for name, _ in choices.listing(o)], choices.lettered)
+            for o, r in zip(per_order, results, strict=True)]  # fmt: skip
+    if any(lps is None for lps in read):
+        return None
+    by_place = [lps for lps in read if lps is not None]
+    picks = [
+        order[max(range(len(order)), key=lambda k: lps[k])] for order, lps in zip(per_order, by_place, strict=True)
+    ]
+    if choices.lettered and len(per_order) == 2:
+        total = _probabilities(_unbiased(by_place[0], by_place[1]))
+    else:  # answers by name: their probabilities, averaged over the orders
+        total = [0.0] * len(names)
+        for order, lps in zip(per_order, by_place, strict=True):
+            for k, p in enumerate(_probabilities(lps)):
+                total[order[k]] += p / len(per_order)
     ranked = sorted(range(len(total)), key=lambda i: -total[i])
     sure = len(ranked) == 1 or total[ranked[0]] - total[ranked[1]] >= margin
     return Choice(choices, "scores", tuple(picks), tuple(total), ranked[0] if sure else None)
