@@ -6,13 +6,13 @@ them, chosen by the local model from the best quotes its reading found, then the
     prompt   the quotes (``CHOICE_QUOTES``, best first), the question, the options (``prompts/choose*.j2``); the
              quotes are the prefix every ask of the question shares, so a local engine computes them once
     scores   where the backend reports log-probabilities: the reply is started ("The answer is") and the next
-             token's distribution over the options' names (" B", " Yes") scores them all at once; the
-             probabilities, over the options only, are averaged over the asks
+             token's distribution over the options' names (" B", " Yes") scores them all at once
     schema   elsewhere (or ``choose="schema"``): a JSON schema allows only the options' names, decoded greedily
-    orders   every question is asked twice: lettered options as given and turned by one place, whose two
-             distributions over the letters take the letters' own pull out of the options' scores (``_unbiased``:
-             a small model favours a letter, "D", whatever it names); answers by name as given and reversed, their
-             probabilities averaged (a small model favours the answer offered first)
+    orders   every question is asked twice, the options as given and turned by one place; the two distributions
+             take the places' own pull out of the options' scores (``_unbiased``: SmolLM2-135M names the last letter
+             of BAMBOO's options, and the answer offered first, whatever they say)
+    prior    by scores, the two asks are made again on no evidence (``NO_EVIDENCE``): an option's score is what the
+             quotes add to it (SmolLM2 leans to "No" on any question; contextual calibration, Zhao et al. 2021)
     unsure   the best option's probability within ``RunOptions.unsure_margin`` of the next (by scores), or the two
              orders picking two options (by schema): the answer says it is not sure instead of guessing
 
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 CHOICE_QUOTES = 3
 """Quotes (best first) the model reads before it chooses: the answer's sentence is most often the first."""
 SCHEMA_REPLY_TOKENS = 24
+NO_EVIDENCE = "(nothing)"
+"""The quote of the asks that measure what the model answers on no evidence (``_combine``)."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,10 @@ class Choice:
 
 
 def orders(choices: Choices) -> list[list[int]]:
-    """The orders the options are listed in: as given, then lettered options turned by one place (the second ask's
-    letter A is the first's B: ``_unbiased``), answers by name reversed; one order for one option."""
+    """The orders the options are listed in: as given, then turned by one place (the second ask's first option is
+    the first ask's second: ``_unbiased``); one order for one option."""
     given = list(range(len(choices.options)))
-    if len(given) == 1:
-        return [given]
-    return [given, given[1:] + given[:1]] if choices.lettered else [given, given[::-1]]
+    return [given, given[1:] + given[:1]] if len(given) > 1 else [given]
 
 
 def choice_requests(question: str, choices: Choices, quotes: Sequence[str], *, scored: bool) -> list[ChatRequest]:
@@ -181,36 +181,31 @@ def _schema_pick(result: ChatResult, names: Sequence[str]) -> str | None:
 
 
 def _combine(choices: Choices, results: Sequence[ChatResult], scored: bool, margin: float) -> Choice | None:
-    """The choice the asks make together (None where a reply could not be read)."""
+    """The choice the asks make together (None where a reply could not be read). By scores, ``results`` are the asks
+    on the quotes, then the same asks on ``NO_EVIDENCE``."""
     per_order = orders(choices)
-    names = choices.names
+    listed = [[name for name, _ in choices.listing(order)] for order in per_order]
+    if len(choices.options) == 1:
+        return Choice(choices, "scores" if scored else "schema", (0,), (1.0,) if scored else None, 0)
     if not scored:
-        picks: list[int | None] = []
-        for order, result in zip(per_order, results, strict=True):
-            said = _schema_pick(result, [name for name, _ in choices.listing(order)])
-            picks.append(order[[name for name, _ in choices.listing(order)].index(said)] if said else None)
-        if any(p is None for p in picks):
+        said = [_schema_pick(r, names) for r, names in zip(results, listed, strict=True)]
+        if any(name is None for name in said):
             return None
-        agreed = picks[0] if len(set(picks)) == 1 else None
-        return Choice(choices, "schema", tuple(picks), None, agreed)
-    read = [option_logprobs(r, [name for name, _ in choices.listing(o)], choices.lettered)
-            for o, r in zip(per_order, results, strict=True)]  # fmt: skip
-    if any(lps is None for lps in read):
-        return None
+        picks = tuple(order[names.index(name)] for order, names, name in zip(per_order, listed, said, strict=True)
+                      if name is not None)  # fmt: skip
+        return Choice(choices, "schema", picks, None, picks[0] if len(set(picks)) == 1 else None)
+    read = [option_logprobs(r, names, choices.lettered) for r, names in zip(results, listed * 2, strict=True)]
     by_place = [lps for lps in read if lps is not None]
-    picks = [
-        order[max(range(len(order)), key=lambda k: lps[k])] for order, lps in zip(per_order, by_place, strict=True)
-    ]
-    if choices.lettered and len(per_order) == 2:
-        total = _probabilities(_unbiased(by_place[0], by_place[1]))
-    else:  # answers by name: their probabilities, averaged over the orders
-        total = [0.0] * len(names)
-        for order, lps in zip(per_order, by_place, strict=True):
-            for k, p in enumerate(_probabilities(lps)):
-                total[order[k]] += p / len(per_order)
+    if len(by_place) != len(read):
+        return None
+    picks = tuple(
+        order[max(range(len(order)), key=lambda k: lps[k])] for order, lps in zip(per_order, by_place[:2], strict=True)
+    )
+    on_quotes, on_nothing = _unbiased(*by_place[:2]), _unbiased(*by_place[2:])
+    total = _probabilities([e - p for e, p in zip(on_quotes, on_nothing, strict=True)])
     ranked = sorted(range(len(total)), key=lambda i: -total[i])
-    sure = len(ranked) == 1 or total[ranked[0]] - total[ranked[1]] >= margin
-    return Choice(choices, "scores", tuple(picks), tuple(total), ranked[0] if sure else None)
+    sure = total[ranked[0]] - total[ranked[1]] >= margin
+    return Choice(choices, "scores", picks, tuple(total), ranked[0] if sure else None)
 
 
 def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
@@ -223,7 +218,10 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
     if choices is None or not quotes or how == "quote" or not (scored or caps.json_schema):
         return None
     texts = [q.text for q in quotes[:CHOICE_QUOTES]]
-    requests = choice_requests(ctx.question or ctx.task, choices, texts, scored=scored)
+    question = ctx.question or ctx.task
+    requests = choice_requests(question, choices, texts, scored=scored)
+    if scored:  # what the model would answer on no evidence: its pull towards an answer, taken out
+        requests += choice_requests(question, choices, [NO_EVIDENCE], scored=True)
     try:
         with ctx.timed("local"):
             results = ctx.local.batch(requests, cancel=ctx.cancel)

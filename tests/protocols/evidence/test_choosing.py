@@ -52,8 +52,8 @@ class Chooser(ScriptedBackend):
         assert params.logprobs > 0 and messages[-1] == Message("assistant", "The answer is")
         quotes = messages[1].content.split("Question:")[0]
         offered = _offered(messages)
-        favoured = 0 if self.first else next(k for k, (_, text) in enumerate(offered) if text.lower() in quotes.lower()
-                                             or text == "Yes")  # fmt: skip
+        held = [k for k, (_, text) in enumerate(offered) if text in quotes or (text == "Yes" and FACT in quotes)]
+        favoured = 0 if self.first else (held or [None])[0]
         top = [[" the", -1.0]] + [[f" {name}", -0.1 if k == favoured else -3.0] for k, (name, _) in enumerate(offered)]
         top = sorted(top, key=lambda pair: -pair[1])
         words = [[[word, -0.1], [" A", -3.0]] for word in ("The", " answer", " is")]
@@ -79,14 +79,17 @@ def test_the_option_its_quotes_hold_is_chosen_by_log_probabilities_in_both_order
     choice = result.reading["choice"]
     assert (choice["by"], choice["picks"], choice["picked"], choice["abstained"]) == ("scores", [1, 1], 1, False)
     assert choice["probabilities"][1] > 0.85 and sum(choice["probabilities"]) == pytest.approx(1.0, abs=1e-3)
-    # asked twice: the options as given, then turned by one place (their letters follow the order listed)
-    assert chooser.choices_asked() == [
+    # asked twice: the options as given, then turned by one place (their letters follow the order listed); then
+    # both again on no evidence
+    orders = [
         [("A", "$3.1 billion"), ("B", "$4.2 billion"), ("C", "$5.0 billion")],
         [("A", "$4.2 billion"), ("B", "$5.0 billion"), ("C", "$3.1 billion")],
     ]
+    assert chooser.choices_asked() == orders * 2
     # the quotes come first (the prefix both asks share), the best one first
     asked = [c for c in chooser.history if _asks_to_choose(c.messages)]
     assert asked[0].messages[1].content.startswith(f"Quoted from the document:\n- {FACT}")
+    assert asked[2].messages[1].content.startswith("Quoted from the document:\n- (nothing)\n")
 
 
 def test_a_model_that_names_one_letter_whatever_it_names_is_not_sure(doc):
@@ -102,7 +105,7 @@ def test_a_yes_no_question_is_answered_yes_or_no_with_its_quote(doc):
     chooser = Chooser()
     result = local_run(chooser, "Was revenue in fiscal 2023 $4.2 billion?", documents=[doc])
     assert result.answer.startswith("Yes\nAccording to report.txt") and FACT in result.answer
-    assert chooser.choices_asked() == [[("Yes", "Yes"), ("No", "No")], [("No", "No"), ("Yes", "Yes")]]
+    assert chooser.choices_asked() == [[("Yes", "Yes"), ("No", "No")], [("No", "No"), ("Yes", "Yes")]] * 2
 
 
 def test_without_log_probabilities_the_choice_is_made_under_a_schema(doc):
