@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from minions.documents import Document
+from minions.protocols.choices import LETTERS, YES_NO_MAYBE, Choices
 
 from .errors import DatasetLayoutError
 from .gold import EvidenceSet, GoldEvidence
@@ -38,8 +39,6 @@ Metric = Literal["numeric", "f1", "choice", "yes_no_maybe"]
 METRICS: tuple[Metric, ...] = ("numeric", "f1", "choice", "yes_no_maybe")
 """numeric: numbers match within tolerance (FinanceBench); f1: SQuAD token F1 (QASPER, L-Eval); choice: the
 option letter (LongHealth, BAMBOO); yes_no_maybe: the label (PubMedQA)."""
-
-LETTERS = "ABCDEFGHIJ"
 
 DocumentLoader = Callable[[], Sequence[Document]]
 
@@ -82,14 +81,17 @@ class EvalItem:
         return list(self.load())
 
     @property
+    def choices(self) -> Choices | None:
+        """The answers the question allows, as the loader knows them: its options (``choice``), or yes, no and
+        maybe (``yes_no_maybe``); None for an open question."""
+        if self.metric == "choice" and self.options:
+            return Choices(self.options)
+        return YES_NO_MAYBE if self.metric == "yes_no_maybe" else None
+
+    @property
     def task(self) -> str:
         """The question as a protocol is asked it: options listed, and the form the answer must take."""
-        if self.metric == "choice":
-            listed = "\n".join(f"{LETTERS[i]}. {text}" for i, text in enumerate(self.options))
-            return f"{self.question}\n\nOptions:\n{listed}\n\nAnswer with the letter of the correct option."
-        if self.metric == "yes_no_maybe":
-            return f"{self.question}\n\nAnswer yes, no or maybe."
-        return self.question
+        return self.choices.ask(self.question) if self.choices is not None else self.question
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,16 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .items import LETTERS, EvalItem
 
 __all__ = [
     "REL_TOLERANCE",
+    "Baselines",
     "Quantity",
+    "baselines",
     "finance_score",
     "max_f1",
     "normalize_answer",
@@ -247,3 +249,33 @@ def score(item: EvalItem, prediction: str) -> float:
     if item.metric == "yes_no_maybe":
         return float(parse_yes_no_maybe(prediction) in item.gold)
     raise ValueError(f"unknown metric {item.metric!r}")
+
+
+# -- what a closed-form benchmark's accuracy is measured against --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The accuracy of two answerers that read nothing, over a benchmark's closed-form items: one that picks an
+    option at random (``chance``: the mean of 1 / options), one that always gives the most common gold answer
+    (``majority``, the share of items whose gold it is: PubMedQA's "yes")."""
+
+    items: int
+    chance: float
+    majority: float
+    majority_answer: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"items": self.items, "chance": self.chance, "majority": self.majority,
+                "majority_answer": self.majority_answer}  # fmt: skip
+
+
+def baselines(answers: Iterable[tuple[str, int]]) -> Baselines | None:
+    """``Baselines`` over (gold answer, number of options) per closed-form item; None where there is none."""
+    found = list(answers)
+    if not found:
+        return None
+    counts = Counter(gold for gold, _ in found)
+    answer, top = counts.most_common(1)[0]
+    chance = sum(1 / n for _, n in found) / len(found)
+    return Baselines(len(found), chance, top / len(found), answer)

@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import EvalError
 from .evidence import RECALL_AT
+from .metrics import Baselines, baselines
 from .results import read_results
 
 __all__ = ["BASELINE", "Row", "load_records", "markdown_report", "plot_cost_accuracy", "summarize", "write_report"]
@@ -65,6 +66,10 @@ class Row:
     recall_at: Mapping[int, float | None] = field(default_factory=dict)
     citation_recall: float | None = None
     evidence_f1: float | None = None
+    abstained: int = 0
+    """Items where the model said it was not sure instead of choosing (scored 0)."""
+    baselines: Baselines | None = None
+    """Chance and majority-class accuracy over the items with a closed set of answers (None: none has)."""
 
     @property
     def cost_per_item(self) -> float:
@@ -120,6 +125,8 @@ def _row(group: list[dict[str, Any]]) -> Row:
         recall_at={k: _evidence_mean(group, f"recall_at_{k}") for k in RECALL_AT},
         citation_recall=_evidence_mean(group, "citation_recall"),
         evidence_f1=_evidence_mean(group, "evidence_f1"),
+        abstained=sum(1 for r in group if r.get("abstained")),
+        baselines=baselines((r["gold"][0], len(r["choices"])) for r in group if r.get("choices") and r.get("gold")),
     )
 
 
@@ -188,7 +195,8 @@ def _usd(value: float) -> str:
 
 
 HEADER = (
-    "| protocol | local | remote | items | errors | stopped early | accuracy | remote tok/item | local tok/item "
+    "| protocol | local | remote | items | errors | stopped early | accuracy | abstained | chance | majority "
+    "| remote tok/item | local tok/item "
     "| $ total | $/item | s/item | bytes to remote/item | acc. recovered | cost reduction | remote-token reduction |"
 )
 
@@ -204,6 +212,9 @@ def _line(row: Row) -> str:
         f"{row.errors} ({row.harness_errors} harness)" if row.harness_errors else str(row.errors),
         str(row.stopped),
         f"{row.accuracy:.3f}",
+        str(row.abstained),
+        _share(row.baselines.chance if row.baselines else None),
+        f"{row.baselines.majority:.3f} ({row.baselines.majority_answer})" if row.baselines else "n/a",
         f"{row.remote_tokens:,.0f}",
         f"{row.local_tokens:,.0f}",
         _usd(row.cost_usd),
@@ -257,7 +268,9 @@ def markdown_report(rows: Sequence[Row], *, plot: str | None = "cost_accuracy.pn
         f"protocol with `{BASELINE}` (remote-only) on the items both ran: accuracy recovered = accuracy / "
         "remote-only accuracy, cost reduction = remote-only cost / cost (∞: this protocol spent nothing "
         "remotely; n/a: no remote-only run, or neither cost anything: price the remote model with "
-        "MINIONS_PRICES).",
+        "MINIONS_PRICES). Where the questions allow a closed set of answers (options, yes/no/maybe), accuracy "
+        "stands beside chance (a random option) and the majority class (always the most common gold answer); "
+        "an item where the model said it was not sure is scored wrong and counted under abstained.",
         "",
         "Evidence compares the passages each run passed on (to the remote model, or to the local answer step), "
         "ranked best first, with the benchmark's gold evidence: recall@k is the share of the gold places that "
@@ -278,7 +291,9 @@ def markdown_report(rows: Sequence[Row], *, plot: str | None = "cost_accuracy.pn
 
 
 def plot_cost_accuracy(rows: Sequence[Row], path: str | Path) -> Path:
-    """Accuracy against cost per item (remote tokens per item where nothing was priced), one point per row."""
+    """Accuracy against cost per item (remote tokens per item where nothing was priced), one point per row: every
+    protocol of every dataset on one plot (a colour per dataset, a marker per protocol), with each closed-form
+    dataset's majority-class (dashed) and chance (dotted) accuracy drawn across it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -295,6 +310,12 @@ def plot_cost_accuracy(rows: Sequence[Row], path: str | Path) -> Path:
         marker = markers[protocols.index(row.protocol) % len(markers)]
         ax.scatter([x], [row.accuracy], c=color, marker=marker, s=60, label=f"{row.dataset} / {row.protocol}")
         ax.annotate(row.protocol, (x, row.accuracy), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    for dataset in datasets:
+        b = next((r.baselines for r in rows if r.dataset == dataset and r.baselines is not None), None)
+        if b is not None:  # what reading nothing scores: always the most common answer, and a random one
+            color = f"C{datasets.index(dataset) % 10}"
+            ax.axhline(b.majority, color=color, linestyle="--", linewidth=1, label=f"{dataset} / majority class")
+            ax.axhline(b.chance, color=color, linestyle=":", linewidth=1, label=f"{dataset} / chance")
     if all(x > 0 for x in xs) and max(xs) / min(xs) > 20:
         ax.set_xscale("log")
     ax.set_xlabel("USD per item (local + remote)" if by_cost else "remote tokens per item")

@@ -36,10 +36,10 @@ from .errors import EvalError
 from .evidence import evidence_scores
 from .items import Dataset, EvalItem
 from .judge import JUDGED_METRICS, Judge
-from .metrics import score
+from .metrics import Baselines, baselines, score
 from .results import EvalConfig, ResultsFile
 
-__all__ = ["RunSummary", "run_eval", "run_grid", "select_items"]
+__all__ = ["RunSummary", "closed_baselines", "run_eval", "run_grid", "select_items"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,15 @@ class RunSummary:
     """Over every selected item with a result, including earlier runs' results."""
     harness_errors: int = 0
     """Of ``failed``, the items that failed for a fault of ours, not the model's (their lines hold the traceback)."""
+    abstained: int = 0
+    """Selected items (with a result) where the model said it was not sure (scored 0, counted here)."""
+    baselines: Baselines | None = None
+    """Chance and majority-class accuracy over the selected items with a closed set of answers."""
+
+
+def closed_baselines(items: Sequence[EvalItem]) -> Baselines | None:
+    """Chance and majority-class accuracy over ``items`` that allow a closed set of answers."""
+    return baselines((i.gold[0], len(i.choices.options)) for i in items if i.choices is not None and i.gold)
 
 
 def select_items(
@@ -108,6 +117,7 @@ def _base_record(item: EvalItem, config: EvalConfig) -> dict[str, Any]:
         "question": item.question,
         "gold": list(item.gold),
         "metric": item.metric,
+        "choices": list(item.choices.options) if item.choices is not None else None,
     }
 
 
@@ -136,7 +146,9 @@ def run_item(
         else:
             documents = item.documents()
         loaded = time.perf_counter()
-        result = protocol.run(item.task, documents, ranking=ranking)
+        choices = item.choices
+        question = item.question if choices is not None else item.task
+        result = protocol.run(question, documents, ranking=ranking, choices=choices)
     # An item that fails is recorded and the run goes on: one bad item must not cost the hours spent on the
     # others. A model's failure is expected now and then; anything else is a bug, kept with its traceback.
     except (BackendError, ModelOutputError) as exc:
@@ -146,7 +158,9 @@ def run_item(
         log.error("%s %s: harness error (a bug): %s", config.protocol, item.id, exc, exc_info=True)
         return {**record, **_failure(item, exc, time.perf_counter() - started, "harness")}
     wall = time.perf_counter() - loaded
-    auto = score(item, result.answer)
+    choice = result.reading.get("choice")
+    abstained = bool(choice and choice.get("abstained"))
+    auto = 0.0 if abstained else score(item, result.answer)
     usage = dict(result.usage)
     verdict = None
     if judge is not None and item.metric in JUDGED_METRICS:
@@ -155,6 +169,8 @@ def run_item(
     return {
         **record,
         "prediction": result.answer,
+        "abstained": abstained,
+        "choice": choice,
         "score": float(verdict.correct) if verdict is not None and verdict.correct is not None else auto,
         "auto_score": auto,
         "evidence": evidence_scores(item, result.evidence, result.citations).to_dict(),
@@ -289,6 +305,7 @@ def run_eval(
         ran, failed, harness = _run_pending(pending, runner, config, the_judge, results, concurrency, on_record, shared)
         latest = results.latest()
     scores = [latest[i.id]["score"] for i in selected if i.id in latest]
+    abstained = sum(bool(latest[i.id].get("abstained")) for i in selected if i.id in latest)
     return RunSummary(
         config=config,
         path=Path(out),
@@ -298,6 +315,8 @@ def run_eval(
         failed=failed,
         harness_errors=harness,
         mean_score=sum(scores) / len(scores) if scores else None,
+        abstained=abstained,
+        baselines=closed_baselines(selected),
     )
 
 

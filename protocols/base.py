@@ -26,6 +26,7 @@ from minions.events import CancelToken, EventSink, FinalAnswer, emit
 from minions.unicode import replaced_note, valid_text
 
 from .channel import Meter, RemoteChannel
+from .choices import Choices, as_choices, closed_form
 from .context import RunCancelled, RunContext, remote_only_estimate
 from .evidence.citations import locate, verify_citation
 from .options import InputError, RunOptions, missing_remote, needs_remote
@@ -128,12 +129,18 @@ class BaseProtocol:
         events: EventSink | None = None,
         cancel: CancelToken | None = None,
         ranking: Ranking | None = None,
+        choices: Choices | Sequence[str] | None = None,
     ) -> RunResult:
         """``ranking``: the documents' chunks ranked ahead (a library's search), for the protocols that rank chunks
-        by words (``local``, ``rag``); the others read ``documents`` as they would."""
+        by words (``local``, ``rag``); the others read ``documents`` as they would. ``choices``: the answers the
+        question allows (its options, or "yes"/"no"/"maybe"), which the protocols read listed after it
+        (``Choices.ask``); none given, a closed form is read from the question (``choices.closed_form``)."""
         task, replaced = valid_text(check_task(task))
         docs = as_documents(documents)
-        ctx = self._context(task, docs, events or self.events, cancel or self.cancel)
+        question, form = _form(task, choices)
+        asked = form.ask(task) if choices is not None and form is not None else task
+        ctx = self._context(asked, docs, events or self.events, cancel or self.cancel)
+        ctx.question, ctx.choices = question, form
         ctx.ranking = ranking
         if ranking is not None and ranking.about:
             ctx.reading["library"] = dict(ranking.about)
@@ -169,6 +176,16 @@ class BaseProtocol:
 
     def _run(self, ctx: RunContext) -> None:
         raise NotImplementedError
+
+
+def _form(task: str, choices: Choices | Sequence[str] | None) -> tuple[str, Choices | None]:
+    """The question and the answers it allows: ``choices`` as given, else those ``closed_form`` reads in it."""
+    if choices is not None:
+        if isinstance(choices, str):
+            raise InputError("choices is a list of options (or Choices), not one string.")
+        return task, as_choices(choices)
+    found = closed_form(task)
+    return found if found is not None else (task, None)
 
 
 def _note_replaced(ctx: RunContext, in_task: int, docs: Sequence[Document]) -> None:

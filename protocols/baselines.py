@@ -19,7 +19,8 @@ from minions.types import Message
 
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
-from .evidence.citations import Finding, aggregate, locate, verify_citation
+from .evidence.choosing import choice_answer, choose
+from .evidence.citations import Finding, aggregate, locate, place, verify_citation
 from .evidence.reading import chunk_evidence, evidence, rank, read
 from .evidence.written import written_answer
 from .prompts import render
@@ -160,7 +161,9 @@ class LocalOnly(BaseProtocol):
     it (``protocols.evidence.reading``), and the answer is the best-ranked quote with its place; when no chunk has one,
     the answer says so instead of inventing one. A capable local model (``answer="write"``, the default from 1B
     parameters) writes the answer from those quotes instead, citing them; what it writes stands only where its
-    quotes state every figure and name in it (``protocols.evidence.written``)."""
+    quotes state every figure and name in it (``protocols.evidence.written``). A question with a closed set of
+    answers (yes/no, options) is answered with the one the local model chooses on its quotes, then the quote
+    (``protocols.evidence.choosing``)."""
 
     name: ClassVar[str] = "local"
 
@@ -181,7 +184,11 @@ class LocalOnly(BaseProtocol):
         failed = sum(r.failed_in_backend for r in reading.records)
         searched = ctx.ranking.chunks if ctx.ranking is not None else len(chunks)
         ctx.best_answer = local_answer(quoted, read=len(reading.jobs) - failed, chunks=searched, failed=failed)
-        ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
+        choice = choose(ctx, ctx.citations)
+        if choice is not None:
+            ctx.best_answer = choice_answer(choice, ctx.citations[0])
+        else:
+            ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
 
 
 def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
@@ -208,7 +215,6 @@ def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed:
         )
     best, c = findings[0], findings[0].citation
     assert c is not None
-    place = c.label.replace(f"{c.document} ", f"{c.document}, ", 1)
     if best.answer != c.text:
-        return f"{best.answer}, according to {place}:\n\u201c{c.text}\u201d"
-    return f"According to {place}:\n\u201c{c.text}\u201d"
+        return f"{best.answer}, according to {place(c)}:\n\u201c{c.text}\u201d"
+    return f"According to {place(c)}:\n\u201c{c.text}\u201d"

@@ -20,6 +20,7 @@ from minions.tokens import count_tokens
 from minions.types import Usage
 
 from .channel import LocalEgress, Meter, RemoteChannel
+from .choices import Choices
 from .options import RunOptions
 from .result import Citation, EgressLog, Evidence, JobRecord, RoundRecord, RunResult
 from .search.profiles import Knowledge, describe, knowledge_of
@@ -59,6 +60,10 @@ class RunContext:
     ranking: Ranking | None = None
     """The chunks ranked ahead of the run, by a library's index (``protocols.search.library``); None: the run ranks the
     documents' chunks itself."""
+    choices: Choices | None = None
+    """The answers the question allows, where it allows a closed set (``protocols.choices``); None: an open one."""
+    question: str = ""
+    """The question alone, where ``task`` lists its options; empty: the task is the question."""
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)

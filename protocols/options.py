@@ -15,6 +15,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "AnswerMode",
     "Budget",
+    "ChooseBy",
     "InputError",
     "RunOptions",
     "default_protocol",
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 AnswerMode = Literal["auto", "write", "quote"]
+ChooseBy = Literal["auto", "scores", "schema", "quote"]
 
 
 class InputError(ConfigError, ValueError):
@@ -106,6 +108,14 @@ class RunOptions:
     """Local reading: "write", the local model writes a short answer from the quotes it picked, citing them (kept
     only where every figure and name in it is in the quotes it cites: ``protocols.evidence.written``); "quote", the
     answer is the best quote with its place; "auto", "write" for a model of ``WRITE_FROM_PARAMETERS`` or more."""
+    choose: ChooseBy = "auto"
+    """Local reading, a question with a closed set of answers (yes/no, options: ``protocols.choices``): how the
+    local model chooses one on its quotes (``protocols.evidence.choosing``): "scores", by the options'
+    log-probabilities; "schema", under a JSON schema that allows only them; "auto", scores where the backend
+    reports log-probabilities, else the schema; "quote", no choice (the answer is the best quote)."""
+    unsure_margin: float = 0.05
+    """Local choice by scores: where the best option's probability (over the options) is within this of the next,
+    the answer says the model is not sure instead of guessing."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""

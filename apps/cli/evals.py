@@ -67,6 +67,12 @@ def _print_summary(summary: RunSummary) -> None:
         f"{summary.config.dataset} / {summary.config.protocol}: {summary.ran} ran ({summary.failed} failed{bugs}), "
         f"{summary.already_done} already done; mean score {mean} over {summary.selected} items -> {summary.path}"
     )
+    b = summary.baselines
+    if b is not None:
+        print(
+            f"  beside it: chance {b.chance:.3f}, majority class ({b.majority_answer!r}) {b.majority:.3f}; "
+            f"{summary.abstained} of {b.items} abstained (not sure: scored wrong)"
+        )
 
 
 def cmd_eval_run(args: argparse.Namespace, resolve_models: ResolveModels) -> int:

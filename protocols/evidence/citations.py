@@ -16,7 +16,7 @@ from minions.documents import Document
 from ..parsing import normalize
 from ..result import Citation, JobRecord
 
-__all__ = ["Finding", "aggregate", "best_answer", "digest", "find_quote", "locate", "verify_citation"]
+__all__ = ["Finding", "aggregate", "best_answer", "digest", "find_quote", "locate", "place", "verify_citation"]
 
 MIN_QUOTE_CHARS = 8
 NEAR_VERBATIM = 0.9
@@ -86,6 +86,11 @@ def locate(quote: str, chunk: Chunk, doc: Document | None) -> Citation:
         end=end if end is not None else (start + len(quote) if start is not None else None),
         line=line,
     )
+
+
+def place(citation: Citation) -> str:
+    """Where ``citation`` is, as an answer says it: "report.pdf, page 4", "notes.md, line 27"."""
+    return citation.label.replace(f"{citation.document} ", f"{citation.document}, ", 1)
 
 
 def aggregate(

@@ -39,6 +39,7 @@ from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote
 
 __all__ = [
     "Job",
+    "answer_step",
     "job_messages",
     "job_request",
     "looping",
@@ -374,7 +375,7 @@ def _label_logprobs(result: ChatResult) -> tuple[dict[str, float], float] | None
     steps = result.stats.get("logprobs") if result.ok else None
     if not steps or not steps[0]:
         return None
-    step = _label_step(steps)
+    step = answer_step(steps, render("job_label_reply"))
     found: dict[str, float] = {}
     for text, lp in step:
         if (tag := _as_label(text)) is not None:
@@ -387,12 +388,16 @@ def _as_label(token: object) -> str | None:
     return tag if len(tag) == 1 and tag in LABELS else None
 
 
-def _label_step(steps: Sequence[Sequence[Sequence[Any]]]) -> Sequence[Sequence[Any]]:
-    """The alternatives at the reply token that names the line. A backend that continued the reply's start names it
-    first; a server whose chat template closed the start as a message of its own writes the start again, and the
-    label follows it (after a "[", if it writes one). A reply that does neither: its first token whose most likely
-    spelling is a label, else its first."""
-    start, text = _words(render("job_label_reply")), ""
+def answer_step(
+    steps: Sequence[Sequence[Sequence[Any]]], reply_start: str, named: Callable[[object], bool] | None = None
+) -> Sequence[Sequence[Any]]:
+    """The alternatives at the reply token that names the answer, the reply having been started with
+    ``reply_start`` ("The line that answers is"). A backend that continued the reply's start names it first; a
+    server whose chat template closed the start as a message of its own writes the start again, and the answer
+    follows it (after a "[", if it writes one). A reply that does neither: its first token whose most likely
+    spelling is an answer (``named``; default a line's label), else its first."""
+    named = named or (lambda token: _as_label(token) is not None)
+    start, text = _words(reply_start), ""
     for step in steps:
         if not step:
             break
@@ -404,7 +409,7 @@ def _label_step(steps: Sequence[Sequence[Sequence[Any]]]) -> Sequence[Sequence[A
         text += token
         if not start.startswith(_words(text)):
             break  # not the start written again
-    return next((step for step in steps if step and _as_label(step[0][0]) is not None), steps[0])
+    return next((step for step in steps if step and named(step[0][0])), steps[0])
 
 
 def _words(text: str) -> str:

@@ -117,3 +117,21 @@ def test_report_of_nothing(tmp_path) -> None:
     empty.write_text("")
     with pytest.raises(EvalError, match="No results"):
         write_report([empty], tmp_path)
+
+
+def test_a_closed_form_row_shows_abstentions_chance_and_the_majority_class_beside_accuracy(tmp_path) -> None:
+    closed = {"choices": ["Yes", "No", "Maybe"]}
+    records = [
+        {**record("L", "local", "a", 1.0, 0.0, 0), **closed, "gold": ["yes"], "abstained": False},
+        {**record("L", "local", "b", 0.0, 0.0, 0), **closed, "gold": ["yes"], "abstained": True},
+        {**record("L", "local", "c", 0.0, 0.0, 0), **closed, "gold": ["no"], "abstained": False},
+        {**record("L", "local", "d", 1.0, 0.0, 0), **closed, "gold": ["yes"], "abstained": False},
+    ]
+    (row,) = summarize(records)
+    assert row.abstained == 1 and row.baselines is not None
+    assert (row.baselines.chance, row.baselines.majority, row.baselines.majority_answer) == (
+        pytest.approx(1 / 3), 0.75, "yes"
+    )  # fmt: skip
+    assert "| local | `l` | `r` | 4 | 0 | 0 | 0.500 | 1 | 0.333 | 0.750 (yes) |" in markdown_report([row], plot=None)
+    (open_row,) = summarize([record("M", "minions", "a", 1.0, 0.02, 200)])
+    assert open_row.baselines is None and "| 1.000 | 0 | n/a | n/a |" in markdown_report([open_row], plot=None)

@@ -144,7 +144,8 @@ class Stub:
     def __init__(self, outcome: RunResult | Exception) -> None:
         self.outcome = outcome
 
-    def run(self, task: str, documents: list[Document], ranking: object = None) -> RunResult:
+    def run(self, task: str, documents: list[Document], ranking: object = None, choices: object = None) -> RunResult:
+        self.asked = (task, choices)
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
@@ -331,3 +332,30 @@ def test_library_mode_asks_every_item_of_all_the_datasets_documents(tmp_path) ->
     assert [r["score"] for r in records] == [1.0, 1.0, 1.0, 1.0]
     assert all(r["prediction"].startswith(f"${i} million") for i, r in enumerate(records, start=1))
     assert len(asked) == 8  # two chunks read per question: the routed document's best two
+
+
+def test_an_abstention_scores_zero_and_is_counted_apart(longhealth: Dataset) -> None:
+    """A model that says it is not sure: its answer names options ("cannot tell 'B' from 'C'") that a parser would
+    read as a pick; the line scores it 0 and says it abstained. The protocol gets the question and its options
+    apart, and lists them itself."""
+    item = longhealth.items[0]
+    choice = {"options": list(item.options), "picked": None, "abstained": True}
+    unsure = "Not sure: cannot tell 'B: x' from 'C: y'"
+    stub = Stub(RunResult(answer=unsure, protocol="stub", reading={"choice": choice}))
+    line = run_item(item, stub, CONFIG)
+    assert (line["score"], line["auto_score"], line["abstained"], line["choice"]) == (0.0, 0.0, True, choice)
+    assert line["choices"] == list(item.options)
+    assert stub.asked == (item.question, item.choices)
+    picked = run_item(item, Stub(RunResult(answer="B: Ampicillin/sulbactam", protocol="stub")), CONFIG)
+    assert (picked["score"], picked["abstained"]) == (1.0, False)
+
+
+def test_a_summary_puts_chance_and_the_majority_class_beside_the_score(longhealth, local, remote, tmp_path) -> None:
+    summary = run_eval(longhealth, "remote", local, remote, tmp_path / "r.jsonl")
+    golds = [i.gold[0] for i in longhealth]
+    top = max(set(golds), key=golds.count)
+    b = summary.baselines
+    assert b is not None and b.items == len(golds) and b.majority_answer == top
+    assert b.majority == pytest.approx(golds.count(top) / len(golds))
+    assert b.chance == pytest.approx(sum(1 / len(i.options) for i in longhealth) / len(golds))
+    assert summary.abstained == 0

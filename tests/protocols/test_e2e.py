@@ -193,3 +193,34 @@ def test_a_written_answer_streams_from_a_local_model_behind_a_server(openai_serv
     assert len(pieces) > 1 and record["written"] == "".join(pieces).strip()
     assert (result.answer == record["written"]) is (record["replaced"] is False)
     assert result.usage["local"].calls == len(result.jobs) + 1
+
+
+YES_NO = "Did Northwind's revenue grow in 2025?"
+REVENUE = "Total revenue for 2025 was $31.8 million, compared with $24.6 million in 2024, an increase of 29 percent."
+
+
+def assert_closed_answer(result: RunResult, by: str) -> None:
+    """A yes/no answer in its form: "Yes" or "No" (or that the model is not sure), then the quote it rests on."""
+    first, rest = result.answer.split("\n", 1)
+    choice = result.reading["choice"]
+    assert choice["options"] == ["Yes", "No"] and choice["by"] == by and len(choice["picks"]) == 2
+    assert first in ("Yes", "No") if not choice["abstained"] else first.startswith("Not sure")
+    assert rest.startswith("According to northwind-annual-report-2025.md, line 27:") and REVENUE in rest
+
+
+def test_a_yes_no_question_is_answered_in_its_form_by_the_embedded_model(local):
+    result = LocalOnly(local).run(YES_NO, [load_document(DEMO)])
+    assert_closed_answer(result, "scores")
+
+
+@pytest.mark.parametrize("choose", ["auto", "schema"])
+def test_a_yes_no_question_is_answered_in_its_form_by_a_model_behind_a_server(openai_server, choose):
+    """The same path through the OpenAI SDK and llama-cpp-python's server: by log-probabilities where the server
+    reports them (its chat template restates the reply's start), else, or when asked, under the JSON schema."""
+    from minions.backends.openai import OpenAIBackend
+
+    local = OpenAIBackend(
+        "smollm2", base_url=openai_server, context_window=4096, timeout=120, json_schema_style="json_object"
+    )
+    result = LocalOnly(local, choose=choose).run(YES_NO, [load_document(DEMO)])
+    assert_closed_answer(result, "scores" if choose == "auto" and local.capabilities.logprobs else "schema")

@@ -1,0 +1,26 @@
+"""``minions ask FILE "Did ...?"`` with no remote model: the answer is "Yes" or "No" (or that the model is not
+sure), then the sentence it rests on, from the embedded model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minions.apps.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
+
+
+def test_a_yes_no_question_is_answered_yes_or_no_with_its_quote(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MINIONS_REMOTE", raising=False)
+    monkeypatch.delenv("MINIONS_LOCAL", raising=False)
+    code = main(["ask", str(EXAMPLE), "Did Northwind's revenue grow in 2025?"])
+    out = capsys.readouterr().out
+    first, second = out.splitlines()[:2]
+    assert code == 0 and (first in ("Yes", "No") or first.startswith("Not sure"))
+    assert second == "According to northwind-annual-report-2025.md, line 27:" and "$31.8 million" in out
