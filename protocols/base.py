@@ -140,7 +140,7 @@ class BaseProtocol:
         question, form = _form(task, choices)
         asked = form.ask(task) if choices is not None and form is not None else task
         ctx = self._context(asked, docs, events or self.events, cancel or self.cancel)
-        ctx.question, ctx.choices = question, form
+        ctx.question, ctx.choices, ctx.choices_given = question, form, choices is not None
         ctx.ranking = ranking
         if ranking is not None and ranking.about:
             ctx.reading["library"] = dict(ranking.about)

@@ -64,6 +64,8 @@ class RunContext:
     """The answers the question allows, where it allows a closed set (``protocols.choices``); None: an open one."""
     question: str = ""
     """The question alone, where ``task`` lists its options; empty: the task is the question."""
+    choices_given: bool = False
+    """Whether the caller gave ``choices`` (a benchmark's loader, ``run(choices=...)``), not read off the question."""
     round_log: list[RoundRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)

@@ -112,7 +112,10 @@ class RunOptions:
     """Local reading, a question with a closed set of answers (yes/no, options: ``protocols.choices``): how the
     local model chooses one on its quotes (``protocols.evidence.choosing``): "scores", by the options'
     log-probabilities; "schema", under a JSON schema that allows only them; "auto", scores where the backend
-    reports log-probabilities, else the schema; "quote", no choice (the answer is the best quote)."""
+    reports log-probabilities, else the schema, where the caller gave the choices (a benchmark's options), and the
+    best quote for a closed form read off the question's text ("Did revenue grow?"): SmolLM2-135M's picks measured
+    no better than chance (docs/local-reading.md), and a "No" above a quote that says yes misleads; "quote", no
+    choice (the answer is the best quote)."""
     unsure_margin: float = 0.05
     """Local choice by scores: where the best option's probability (over the options) is within this of the next,
     the answer says the model is not sure instead of guessing."""

@@ -77,6 +77,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         options["max_rounds"] = args.max_rounds
     if args.answer is not None:
         options["answer"] = args.answer
+    if args.choose is not None:
+        options["choose"] = args.choose
     from minions.apps.cli.render import LiveProgress
 
     shown = (not args.json and sys.stderr.isatty()) or args.progress
@@ -125,7 +127,7 @@ def _print_result(result: RunResult, *, local_name: str, remote_name: str | None
 def build_parser() -> argparse.ArgumentParser:
     from minions.protocols.evidence.written import WRITE_FROM_PARAMETERS
     from minions.protocols.factory import PROTOCOLS
-    from minions.protocols.options import AnswerMode, RunOptions
+    from minions.protocols.options import AnswerMode, ChooseBy, RunOptions
 
     parser = argparse.ArgumentParser(prog="minions", description=__doc__.split("\n\n")[0])
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
@@ -155,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: the local model writes a short answer from its quotes, citing them, kept only where they state "
         f"every figure and name in it (write), or answers with the best quote (quote); default {RunOptions.answer}: "
         f"write for a model of {WRITE_FROM_PARAMETERS / 1e9:g}B parameters or more",
+    )
+    ask.add_argument(
+        "--choose",
+        choices=get_args(ChooseBy),
+        help="local, a yes/no question or one with options: the local model answers with one of them, by their "
+        "log-probabilities (scores) or under a JSON schema (schema), then its quote; default: the best quote "
+        "(SmolLM2-135M's picks measured no better than chance)",
     )
     ask.set_defaults(func=cmd_ask)
 

@@ -217,6 +217,13 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
     scored = caps.logprobs and how in ("auto", "scores")
     if choices is None or not quotes or how == "quote" or not (scored or caps.json_schema):
         return None
+    if how == "auto" and not ctx.choices_given:  # read off the question: the quote answers (RunOptions.choose)
+        ctx.reading["choice"] = {
+            "options": list(choices.options),
+            "by": "quote",
+            "asked": "choose='scores' or 'schema'",
+        }
+        return None
     texts = [q.text for q in quotes[:CHOICE_QUOTES]]
     question = ctx.question or ctx.task
     requests = choice_requests(question, choices, texts, scored=scored)

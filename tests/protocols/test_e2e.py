@@ -209,11 +209,14 @@ def assert_closed_answer(result: RunResult, by: str) -> None:
 
 
 def test_a_yes_no_question_is_answered_in_its_form_by_the_embedded_model(local):
-    result = LocalOnly(local).run(YES_NO, [load_document(DEMO)])
+    result = LocalOnly(local, choose="scores").run(YES_NO, [load_document(DEMO)])
     assert_closed_answer(result, "scores")
+    # read off the question's text, "auto" answers with the quote (RunOptions.choose)
+    quoted = LocalOnly(local).run(YES_NO, [load_document(DEMO)])
+    assert quoted.answer.startswith("According to") and quoted.reading["choice"]["by"] == "quote"
 
 
-@pytest.mark.parametrize("choose", ["auto", "schema"])
+@pytest.mark.parametrize("choose", ["scores", "schema"])
 def test_a_yes_no_question_is_answered_in_its_form_by_a_model_behind_a_server(openai_server, choose):
     """The same path through the OpenAI SDK and llama-cpp-python's server: by log-probabilities where the server
     reports them (its chat template restates the reply's start), else, or when asked, under the JSON schema."""
@@ -223,4 +226,4 @@ def test_a_yes_no_question_is_answered_in_its_form_by_a_model_behind_a_server(op
         "smollm2", base_url=openai_server, context_window=4096, timeout=120, json_schema_style="json_object"
     )
     result = LocalOnly(local, choose=choose).run(YES_NO, [load_document(DEMO)])
-    assert_closed_answer(result, "scores" if choose == "auto" and local.capabilities.logprobs else "schema")
+    assert_closed_answer(result, "scores" if choose == "scores" and local.capabilities.logprobs else "schema")

@@ -66,8 +66,9 @@ class Chooser(ScriptedBackend):
         return [_offered(c.messages) for c in self.history if _asks_to_choose(c.messages)]
 
 
-def local_run(backend: ScriptedBackend, question: str = QUESTION, **kwargs):
-    return LocalOnly(backend, chunk_size=600, read_chunks=3, score_sentences=False).run(question, **kwargs)
+def local_run(backend: ScriptedBackend, question: str = QUESTION, *, choose: str = "auto", **kwargs):
+    local = LocalOnly(backend, chunk_size=600, read_chunks=3, score_sentences=False, choose=choose)
+    return local.run(question, **kwargs)
 
 
 @pytest.mark.parametrize("restates", [False, True], ids=["continues-the-reply", "writes-its-start-again"])
@@ -103,7 +104,7 @@ def test_a_model_that_names_one_letter_whatever_it_names_is_not_sure(doc):
 
 def test_a_yes_no_question_is_answered_yes_or_no_with_its_quote(doc):
     chooser = Chooser()
-    result = local_run(chooser, "Was revenue in fiscal 2023 $4.2 billion?", documents=[doc])
+    result = local_run(chooser, "Was revenue in fiscal 2023 $4.2 billion?", documents=[doc], choose="scores")
     assert result.answer.startswith("Yes\nAccording to report.txt") and FACT in result.answer
     assert chooser.choices_asked() == [[("Yes", "Yes"), ("No", "No")], [("No", "No"), ("Yes", "Yes")]] * 2
 
@@ -131,6 +132,9 @@ def test_choose_quote_keeps_the_quote_answer_and_an_open_question_asks_no_choice
     assert quoted.answer.startswith(quote_answer) and "choice" not in quoted.reading
     open_question = local_run(chooser, documents=[doc])
     assert open_question.answer.startswith(quote_answer) and "choice" not in open_question.reading
+    # a yes/no form read off the question's text: "auto" answers with the quote, and says how to ask for a choice
+    read_off = local_run(chooser, "Was revenue in fiscal 2023 $4.2 billion?", documents=[doc])
+    assert read_off.answer.startswith(quote_answer) and read_off.reading["choice"]["by"] == "quote"
     assert chooser.choices_asked() == []
 
 
