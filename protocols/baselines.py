@@ -26,6 +26,7 @@ from .evidence.written import written_answer
 from .prompts import render
 from .result import Citation, Evidence
 from .schemas import Answer
+from .search.profiles import GENERAL, Knowledge
 from .search.ranking import Ranked, word_order
 
 __all__ = ["RAG", "LocalOnly", "RemoteOnly"]
@@ -179,7 +180,7 @@ class LocalOnly(BaseProtocol):
         passed = reading.passed_on(o.read_chunks)
         ctx.evidence = evidence(passed, findings)
         by_job = {f.job_id: f for f in findings if f.citation is not None}
-        quoted = best_quotes([by_job[j.job_id] for _, j in passed if j.job_id in by_job], ctx.task)
+        quoted = best_quotes([by_job[j.job_id] for _, j in passed if j.job_id in by_job], ctx.task, ctx.knowledge)
         ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
         failed = sum(r.failed_in_backend for r in reading.records)
         searched = ctx.ranking.chunks if ctx.ranking is not None else len(chunks)
@@ -191,12 +192,13 @@ class LocalOnly(BaseProtocol):
             ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
 
 
-def best_quotes(findings: Sequence[Finding], question: str) -> list[Finding]:
+def best_quotes(findings: Sequence[Finding], question: str, knowledge: Knowledge = GENERAL) -> list[Finding]:
     """``findings`` (in their chunks' rank order) re-ordered by how well their quotes alone match ``question``
-    (``search.ranking.word_order`` over the quotes; ties keep the chunks' order): the answer is a sentence, and a
-    sentence that holds the question's terms beats one from a chunk that holds them elsewhere."""
+    (``search.ranking.word_order`` over the quotes, with what the documents' profile adds; ties keep the chunks'
+    order): the answer is a sentence, and a sentence that holds the question's terms beats one from a chunk that
+    holds them elsewhere."""
     texts = [f.citation.text if f.citation is not None else "" for f in findings]
-    return [findings[i] for i, _ in word_order(texts, question)]
+    return [findings[i] for i, _ in word_order(texts, question, knowledge=knowledge)]
 
 
 def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed: int = 0) -> str:

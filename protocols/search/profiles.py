@@ -5,11 +5,12 @@ spread, and a prior for passages dense in figures when a question asks for a qua
 languages ("how much", "wie viel", a unit, a currency sign: ``QUANTITY``). A profile adds knowledge where its
 documents are:
 
-    filings   SEC filings and earnings releases, told by their first page (the form's name and the
-              commission's, or a release that reports a quarter's or a year's results with figures:
-              ``is_filing``). Their routing reads form, period and a dated 8-K off the cover
-              (``search.routing``); a question that reaches them is expanded by the analysts' glossary
-              (``search.glossary``) and its finance words ("revenue", "capex") ask for a quantity.
+    filings   companies' financial reports: SEC filings, earnings releases, annual and quarterly reports, told by
+              their first page (the form's name and the commission's; a headline that reports a quarter's or a
+              year's results, or names an annual or quarterly report, and money on the page: ``is_filing``).
+              Their routing reads form, period and a dated 8-K off the cover (``search.routing``); a question
+              that reaches them is expanded by the analysts' glossary (``search.glossary``) and its finance
+              words ("revenue", "capex") ask for a quantity.
 
 Nothing of the filings profile fires on a paper, a licence, a manual or a German document. A user's own glossary
 (``Glossary.load``: a JSON file beside the index, or ``Library(glossary=...)``) applies to every question of their
@@ -73,6 +74,7 @@ _RELEASE = re.compile(
     re.IGNORECASE,
 )
 _PERIOD = re.compile(r"\b(?:quarter|fiscal|full[- ]year)\b", re.IGNORECASE)
+_REPORT = re.compile(r"\b(?:annual|quarterly|interim|half[- ]year(?:ly)?) (?:financial )?report\b", re.IGNORECASE)
 _MONEY = re.compile(r"[$€£]\s?\d|\beps\b|\bnet (?:sales|income|revenues?)\b", re.IGNORECASE)
 COVER_CHARS = 3000
 """How much of a document's opening text tells its kind (a filing's cover page fits)."""
@@ -81,14 +83,16 @@ RELEASE_CHARS = 600
 
 
 def is_filing(text: str) -> bool:
-    """Whether ``text`` (a document's, from its start) is an SEC filing (its cover names the form and the
-    commission) or an earnings release (its headline reports a quarter's or a year's results, and its first page
-    states figures)."""
+    """Whether ``text`` (a document's, from its start) is a company's financial report: an SEC filing (its cover
+    names the form and the commission), an earnings release (its headline reports a quarter's or a year's
+    results) or an annual, quarterly or interim report (its headline says so); a release or a report states
+    money on its first page."""
     cover = _SPACE.sub(" ", text[:COVER_CHARS])
     if _SEC_FORM.search(cover) and _COMMISSION.search(cover):
         return True
     head = cover[:RELEASE_CHARS]
-    return bool(_RELEASE.search(head) and _PERIOD.search(head) and _MONEY.search(cover))
+    released = bool(_RELEASE.search(head) and _PERIOD.search(head))
+    return (released or _REPORT.search(head) is not None) and _MONEY.search(cover) is not None
 
 
 def describe(doc: Document) -> dict[str, Any]:

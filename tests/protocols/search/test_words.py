@@ -59,6 +59,9 @@ def test_a_documents_language_is_told_by_its_stop_words() -> None:
 
 def test_the_filings_profile_is_for_filings_and_fires_on_nothing_else() -> None:
     assert is_filing(FILING)
+    # a company's annual report is a financial report too ("Did revenue grow?" asks for a figure there)
+    report = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
+    assert is_filing(report.read_text()) and not is_filing("# Annual report of the chess club\nWe played 40 games.")
     for text in (PAPER, LICENCE, MANUAL, GERMAN):
         doc = Document.from_text(text, name="d.txt")
         described = profile(doc)
