@@ -252,6 +252,20 @@ def _native_dtype() -> str:
     return "bfloat16" if "avx512_bf16" in flags or "amx_bf16" in flags else "float32"
 
 
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """transformers' "Loading weights" bar off while a model loads: it would come before a command's answer."""
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
+
+
 def _load_sentence_transformer(model: str, max_tokens: int | None, dtype: str) -> Any:
     try:
         import torch
@@ -261,26 +275,20 @@ def _load_sentence_transformer(model: str, max_tokens: int | None, dtype: str) -
             "Embeddings on this device need sentence-transformers: pip install 'minions[meaning]', or set "
             f"{EMBEDDINGS_ENV}=none to search by words alone."
         ) from exc
-    from transformers.utils import logging as transformers_logging
-
-    shown = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()  # its "Loading weights" bar would come before a command's answer
     try:
-        loaded = SentenceTransformer(
-            model,
-            device="cpu",
-            local_files_only=not Path(model).exists(),
-            model_kwargs={"torch_dtype": getattr(torch, dtype)},
-        )
+        with _no_progress_bar():
+            loaded = SentenceTransformer(
+                model,
+                device="cpu",
+                local_files_only=not Path(model).exists(),
+                model_kwargs={"torch_dtype": getattr(torch, dtype)},
+            )
     except (OSError, ValueError) as exc:
         raise ModelNotFoundError(
             f"The embedding model {model} could not be loaded ({str(exc).splitlines()[0][:160]}): name a folder "
             f'that holds it, download it once (python -c "from sentence_transformers import SentenceTransformer; '
             f"SentenceTransformer('{model}')\"), or set {EMBEDDINGS_ENV}=none."
         ) from exc
-    finally:
-        if shown:
-            transformers_logging.enable_progress_bar()
     if max_tokens is not None:
         loaded.max_seq_length = max_tokens
     return loaded
@@ -441,7 +449,8 @@ def _export_onnx(folder: Path, target: Path) -> None:
             f"{folder} has no ONNX export (onnx/model.onnx) and PyTorch is not installed to make one: "
             f"pip install 'minions[meaning]', or set {EMBEDDINGS_ENV}=none."
         ) from exc
-    model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
+    with _no_progress_bar():
+        model = AutoModel.from_pretrained(str(folder), dtype=torch.float32).eval()
 
     class Tokens(torch.nn.Module):
         def __init__(self) -> None:

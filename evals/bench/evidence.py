@@ -231,7 +231,7 @@ def _open_library(
     options: dict[str, Any] = {"read_chunks": config.read_chunks, "score_sentences": config.score_sentences}
     embeddings = config.embeddings if config.meaning else "none"
     library = Library(config.library_dir or into, local=local, protocol="local", embeddings=embeddings, **options)
-    report = library.add(*contents)
+    report = library.add(*contents, follow_links=True)  # a benchmark's folder as its user laid it out, links too
     for name, why in report.skipped:
         log.warning("library: %s skipped: %s", name, why)
     return library, report

@@ -420,10 +420,11 @@ class Library:
 
     def load_in_background(self) -> threading.Thread | None:
         """Load the embedding model in a thread of its own (a server calls it when it starts: its first question
-        then does not wait seconds for the load); the thread, None without a model. A failed load is logged and
+        then does not wait seconds for the load); the thread, None without a model or for a model on a server
+        (nothing to load here, and a warm-up request would send text off the device). A failed load is logged and
         left for the first question to meet and say."""
         embedder = self.embedder
-        if embedder is None:
+        if embedder is None or embedder.address is not None:
             return None
 
         def load() -> None:

@@ -259,8 +259,9 @@ def test_a_watched_folder_is_kept_in_sync_while_it_serves(library: Path, tmp_pat
         server.stop()
 
 
-BUDGET = "2000"
-"""Remote tokens per question in the egress test: the first request's prompt and a short reply, not a retry."""
+BUDGET = "5000"
+"""Remote tokens per question in the egress test: the first request's prompt and a short reply, not a retry (the
+library's ten best chunks, the routed report's five and five of the other documents', lifted less: 4,229 counted)."""
 
 
 def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(library: Path, openai_server: str) -> None:
@@ -289,7 +290,11 @@ def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(libr
 
     by_mcp = anyio.run(session)
     assert (by_mcp["answer"], by_mcp["complete"]) == (by_cli["answer"], by_cli["complete"])
-    assert by_cli["egress"] and by_mcp["egress"] == by_cli["egress"]
+    assert by_cli["egress"] and by_mcp["egress"] == by_cli["egress"], (
+        by_cli["error"],
+        by_cli["notes"],
+        cli.stderr[-1500:],
+    )
     assert any(question in record["text"] for record in by_mcp["egress"])
     assert by_cli["error"] is None or any(by_cli["error"] in note for note in by_mcp["notes"])
     spent = by_mcp["usage"]["remote"]
