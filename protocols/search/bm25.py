@@ -31,12 +31,19 @@ class BM25:
         self.idf = {term: math.log(1 + (n - f + 0.5) / (f + 0.5)) for term, f in df.items()}
 
     def score(self, query: str, i: int) -> float:
+        return self._score(tokenize(query, self.languages), i)
+
+    def scores(self, query: str) -> list[float]:
+        """Every passage's score for ``query`` (its terms made once)."""
+        terms = tokenize(query, self.languages)
+        return [self._score(terms, i) for i in range(len(self.docs))]
+
+    def _score(self, terms: Sequence[str], i: int) -> float:
         doc, length = self.docs[i], self.lengths[i]
         norm = self.k1 * (1 - self.b + self.b * length / (self.avg_length or 1))
-        terms = tokenize(query, self.languages)
         return sum(self.idf[t] * doc[t] * (self.k1 + 1) / (doc[t] + norm) for t in terms if t in doc)
 
     def top(self, query: str, k: int) -> list[int]:
-        scores = [self.score(query, i) for i in range(len(self.docs))]
+        scores = self.scores(query)
         # ties keep document order, so an uninformative query takes the first chunks
         return sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:k]

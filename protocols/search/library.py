@@ -43,9 +43,9 @@ from ..options import RunOptions, default_protocol
 from ..result import EgressRecord, RunResult
 from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
 from .meaning import MEANING_DEPTH, MEANING_WEIGHT, EmbedProgress, embed_missing, fuse
-from .profiles import Glossary, Knowledge, knowledge_of
+from .profiles import Glossary, Knowledge, knowledge_of, languages
 from .ranking import Ranked, Ranking, spread_pages, spread_repeats
-from .routing import COVER_CHARS, Route, languages, name_pairs, profile, question_dates, route
+from .routing import COVER_CHARS, Route, name_pairs, profile, question_dates, route
 from .sent import question_egress, with_egress
 from .warming import IndexProgress, PrefixSaver, index_documents
 from .words import tokenize

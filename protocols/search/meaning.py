@@ -25,6 +25,7 @@ embedding, the question's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import sqlite3
@@ -224,6 +225,12 @@ class VectorCache:
         return np.stack([found[d] for d in digests]) if digests else np.zeros((0, 0), dtype=np.float32)
 
 
+@functools.cache
+def _cache_at(path: str) -> VectorCache:
+    """The cache file at ``path``, opened once a process, not at each question."""
+    return VectorCache(path)
+
+
 def rank_loaded(
     chunks: Sequence[Chunk],
     words: Sequence[Ranked],
@@ -237,7 +244,7 @@ def rank_loaded(
     first by words: ``ranking.lexical_rank``) fused with the chunks closest to ``question`` in meaning (``fuse``),
     pages spread. Each chunk is embedded with its header (``chunk_header``), through ``cache``."""
     texts = [f"{chunk_header(c.document, None, c.section)}\n{c.text}" for c in chunks]
-    vectors = (cache or VectorCache()).vectors(embedder, texts)
+    vectors = (cache or _cache_at(str(cache_dir() / VECTOR_CACHE_FILE))).vectors(embedder, texts)
     asked = embedder.embed([question], query=True)[0]
     cosine = vectors @ np.asarray(asked, dtype=np.float32).reshape(-1)
     place = {(c.document, c.index): i for i, c in enumerate(chunks)}

@@ -43,6 +43,7 @@ __all__ = [
     "describe",
     "is_filing",
     "knowledge_of",
+    "languages",
 ]
 
 FILINGS = "filing"
@@ -168,12 +169,16 @@ GENERAL = Knowledge()
 """The core alone: English, no glossary."""
 
 
+def languages(profiles: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The languages of documents of these ``profiles`` (a question is made terms in each)."""
+    return tuple(dict.fromkeys(str(p.get("language") or DEFAULT_LANGUAGE) for p in profiles)) or (DEFAULT_LANGUAGE,)
+
+
 def knowledge_of(profiles: Iterable[Mapping[str, Any]], glossary: Glossary | None = None) -> Knowledge:
     """What documents of these ``profiles`` (``describe``'s fields) add up to, with a user's ``glossary``: the
     filings profile applies where filings are at least half of them (a question routed to a company's filings, a
     library of filings), not to a library with a few filings among papers."""
     seen = list(profiles)
-    languages = tuple(dict.fromkeys(str(p.get("language") or DEFAULT_LANGUAGE) for p in seen)) or (DEFAULT_LANGUAGE,)
     filings = bool(seen) and 2 * sum(p.get("kind") == FILINGS for p in seen) >= len(seen)
     added = glossary or Glossary()
-    return Knowledge(languages, FILINGS_GLOSSARY + added if filings else added, filings)
+    return Knowledge(languages(seen), FILINGS_GLOSSARY + added if filings else added, filings)

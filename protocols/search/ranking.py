@@ -80,8 +80,7 @@ def word_order(
     bm25 = BM25(texts, languages=knowledge.languages)
     quantity = knowledge.asks_for_quantity(question if question is not None else query)
     scores = []
-    for i, text in enumerate(texts):
-        s = bm25.score(query, i)
+    for text, s in zip(texts, bm25.scores(query), strict=True):
         if quantity:
             s *= 1 + FIGURE_WEIGHT * min(figure_share(text), FIGURE_CAP)
         scores.append(s)

@@ -35,21 +35,20 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from minions.documents import Document
 
-from .profiles import FILINGS, describe
-from .words import DEFAULT_LANGUAGE, tokenize
+from .profiles import FILINGS, describe, languages
+from .words import tokenize
 
 __all__ = [
     "COVER_CHARS",
     "MAX_ROUTED",
     "Route",
-    "languages",
     "name_pairs",
     "period_year",
     "profile",
@@ -130,11 +129,6 @@ def profile(doc: Document, chunks: int = 0) -> dict[str, Any]:
     if year is None and (m := _ANY_YEAR.search(cover[:600])) is not None:
         year = int(m.group(1))
     return {**described, "terms": terms, "form": form, "year": year, "chunks": chunks}
-
-
-def languages(profiles: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The languages of documents of these ``profiles`` (a question is made terms in each)."""
-    return tuple(dict.fromkeys(str(p.get("language") or DEFAULT_LANGUAGE) for p in profiles)) or (DEFAULT_LANGUAGE,)
 
 
 def question_years(question: str) -> list[int]:
