@@ -75,9 +75,10 @@ from minions.protocols.evidence.quotes import answer_spans, candidates
 from minions.protocols.evidence.reading import BY_WORDS, chunk_evidence
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25
-from minions.protocols.search.library import AddReport, Library, search_library
+from minions.protocols.search.library import AddReport, Library
 from minions.protocols.search.meaning import MEANING_WEIGHT
 from minions.protocols.search.profiles import describe, knowledge_of
+from minions.protocols.search.rank import search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
 
 from ..datasets import dataset_path, load_dataset

@@ -14,7 +14,8 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
 from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import INDEX_FILE, Library, _route_doubted, search_library
+from minions.protocols.search.library import INDEX_FILE, Library
+from minions.protocols.search.rank import _route_doubted, search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
 from minions.protocols.search.routing import (
     COVER_CHARS,
