@@ -47,10 +47,11 @@ With ``meaning`` (``--meaning``, with ``--library``), the library embeds every c
 the embedding model ``embeddings`` names, default "auto") and its search fuses words and meaning; the lines add,
 over the whole library (as ``Library.search`` asks it: routed by words, meaning over every document),
 ``library_words`` (words alone), ``library_meaning`` (meaning alone) and ``library_fused`` (one curve per weight of
-``meaning_weights``, keyed by the weight), and the same within the question's own filing (``filing_words``,
-``filing_meaning``, ``filing_fused``; not where the gold is the document itself). The summary carries their
-curves, the seconds and chunks embedded (``embed_s``, ``embedded``, ``embed_per_s``) and the index's size with
-vectors.
+``meaning_weights``, keyed by the weight), ``library_fused_chunks`` (fused, without the best chunks' re-ranking by
+their best sentence: ``meaning.by_sentence``), and the same within the question's own filing (``filing_words``,
+``filing_meaning``, ``filing_fused``, ``filing_fused_chunks``; not where the gold is the document itself). The
+summary carries their curves, the seconds and chunks embedded (``embed_s``, ``embedded``, ``embed_per_s``) and the
+index's size with vectors.
 """
 
 from __future__ import annotations
@@ -93,7 +94,16 @@ __all__ = ["EvidenceBenchConfig", "evidence_bench"]
 log = logging.getLogger(__name__)
 
 DEPTH = max(RECALL_AT)
-MEANING_CURVES = ("library_words", "library_meaning", "library_fused", "filing_words", "filing_meaning", "filing_fused")
+MEANING_CURVES = (
+    "library_words",
+    "library_meaning",
+    "library_fused",
+    "library_fused_chunks",
+    "filing_words",
+    "filing_meaning",
+    "filing_fused",
+    "filing_fused_chunks",
+)
 Curve = dict[str, float | None] | None
 """Recall @1, @5, @10, @20 (None: the passages were not there to score)."""
 
@@ -183,6 +193,11 @@ def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *
             for w in weights
         }
         line[f"{where}_fused"] = {w: _recall(item, _passages(f.ranking.ranked, copies)) for w, f in fused.items()}
+        chunks = search_library(
+            index, question, documents=documents, embedder=embedder, asked=asked, glossary=library.glossary,
+            sentences=False,
+        )  # fmt: skip
+        line[f"{where}_fused_chunks"] = _recall(item, _passages(chunks.ranking.ranked, copies))
     return line
 
 

@@ -33,9 +33,10 @@ from ..result import JobRecord
 from ..schemas import JobOutput
 from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import fused_order
+from ..search.sentences import Span
 from ..search.words import tokenize
 from .citations import verify_citation
-from .quotes import LABELS, NONE, Span, answer_spans, candidates, labeled, quote_schema
+from .quotes import LABELS, NONE, answer_spans, candidates, labeled, quote_schema
 
 __all__ = [
     "Job",

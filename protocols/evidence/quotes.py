@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from minions.chunking import Chunk
@@ -23,19 +22,15 @@ from minions.chunking import Chunk
 from ..search.figures import figure_share, figures
 from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import word_order
+from ..search.sentences import WRAPPED_LINE, Span, spans
 
-__all__ = ["LABELS", "NONE", "Span", "answer_spans", "candidates", "labeled", "quote_schema", "spans"]
+__all__ = ["LABELS", "NONE", "answer_spans", "candidates", "labeled", "quote_schema"]
 
 NONE = "none"
 """What a job replies when no candidate answers."""
 MAX_CANDIDATES = 8
 MIN_QUOTE_WORDS = 4
 """Shorter spans ("Mr.") and headings are offered only when a chunk has nothing else: they answer nothing."""
-MAX_SPAN_CHARS = 280
-MIN_SPAN_CHARS = 40
-"""A shorter line joins the text after it; where a long span is cut, no piece is shorter than this."""
-FIGURE_LINE = 0.6
-"""A line at least this share of whose tokens are figures is the values of the line before it."""
 MAX_ANSWERS = 6
 NO_VALUE_WEIGHT = 0.2
 """For a question that asks for a quantity, the weight of a span that states no value: it cannot hold the amount.
@@ -47,93 +42,7 @@ LABELS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 """The labels of a chunk's spans in a job's excerpt, in document order: one token each, so a model's choice of a
 sentence is its first reply token (spans past the last label are shown without one)."""
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
-_ABBREVIATION = re.compile(
-    r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Inc|Ltd|Co|Corp|No|Nos|Fig|Figs|Eq|Vol|vs|al|approx|e\.g|i\.e|etc)|\b[A-Z])\.$"
-)
-"""Words whose full stop does not end a sentence ("Mr. Williams", "e.g. this", "J. Smith")."""
-_NEW_ITEM = re.compile(r"[ \t]*(?:[|*•#>-]|\d+[.)][ \t])")
-WRAPPED_LINE = 50
-"""A line at least this long, followed by one line break, is prose wrapped at the page width: the sentence goes
-on. Shorter lines (headings, table cells) and lines followed by a list or table item end a piece."""
 _LIST_NUMBER = re.compile(r"\(?\d{1,2}[.)](?:\s|$)")
-
-
-@dataclass(frozen=True)
-class Span:
-    """A stretch of a chunk's text: ``text`` is ``chunk.text[start:end]`` with its whitespace collapsed."""
-
-    start: int
-    end: int
-    text: str
-
-
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _line_breaks(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the line breaks that end a piece: blank lines, and single breaks after a short line or
-    before a list or table item."""
-    out = []
-    for m in re.finditer(r"\n(?:[ \t]*\n)*", text):
-        line_start = text.rfind("\n", 0, m.start()) + 1
-        blank = m.group(0).count("\n") > 1
-        short = len(text[line_start : m.start()].strip()) < WRAPPED_LINE
-        if blank or short or _NEW_ITEM.match(text, m.end()):
-            out.append((m.start(), m.end()))
-    return out
-
-
-def _pieces(text: str) -> list[tuple[int, int]]:
-    """Sentences, lines and table cells of ``text`` as (start, end), stripped, none empty."""
-    ends = [(m.start(), m.end()) for m in _SENTENCE_END.finditer(text) if not _ABBREVIATION.search(text, 0, m.start())]
-    breaks = sorted([*_line_breaks(text), *ends])
-    out, at = [], 0
-    for start, end in [*breaks, (len(text), len(text))]:
-        if start < at:
-            continue
-        piece = text[at:start]
-        if piece.strip():
-            lead = len(piece) - len(piece.lstrip())
-            out.append((at + lead, at + len(piece.rstrip())))
-        at = end
-    return out
-
-
-def _cut(start: int, end: int, text: str) -> list[tuple[int, int]]:
-    """(start, end) cut at whitespace into stretches of at most ``MAX_SPAN_CHARS``."""
-    out = []
-    while end - start > MAX_SPAN_CHARS:
-        cut = text.rfind(" ", start + MIN_SPAN_CHARS, start + MAX_SPAN_CHARS)
-        cut = cut if cut > start else start + MAX_SPAN_CHARS
-        out.append((start, cut))
-        start = cut + (text[cut : cut + 1] == " ")
-    return [*out, (start, end)]
-
-
-def _leads(piece: str) -> bool:
-    """A short line that is not a sentence (a heading, a label) introduces what follows it."""
-    flat = _collapse(piece)
-    return len(flat) < MIN_SPAN_CHARS and not flat.rstrip("*_ ").endswith((".", "!", "?"))
-
-
-def spans(text: str) -> list[Span]:
-    """``text`` as quotable spans: sentences and lines; a short line (a heading, a row's label) joins the text after
-    it, and a line of figures joins the line before it (a table row: its label, then its values); long spans are
-    cut; each at most ``MAX_SPAN_CHARS`` characters once its whitespace is collapsed."""
-    merged: list[tuple[int, int]] = []
-    lead = False  # the last span is a short line that introduces the next one
-    for start, end in _pieces(text):
-        if merged and (lead or figure_share(text[start:end]) >= FIGURE_LINE):
-            s0, _ = merged[-1]
-            if len(_collapse(text[s0:end])) <= MAX_SPAN_CHARS:
-                merged[-1] = (s0, end)
-                lead = _leads(text[s0:end])
-                continue
-        merged.append((start, end))
-        lead = _leads(text[start:end])
-    return [Span(s, e, _collapse(text[s:e])) for start, end in merged for s, e in _cut(start, end, text)]
 
 
 def labeled(text: str) -> list[tuple[str, Span]]:

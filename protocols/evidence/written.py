@@ -52,8 +52,8 @@ from ..options import AnswerMode
 from ..prompts import render
 from ..result import Citation
 from ..search.figures import figure_share, figures
+from ..search.sentences import spans
 from .jobs import REPEATED_WORDS
-from .quotes import spans
 
 __all__ = [
     "WRITE_FROM_PARAMETERS",

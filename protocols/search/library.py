@@ -12,8 +12,8 @@ its reason and the others go on. The local model is not needed for any of it: it
 question reads a chunk (``warm=True`` computes them all ahead, ``protocols.search.warming``).
 
 A question is ranked in one place, ``protocols.search.rank`` (route, words, meaning, repeats: a route is evidence,
-not a wall, so a wrong one costs places, not the answer); the protocol reads the best (``RunOptions.read_chunks``) and ``RunResult.reading["library"]`` says
-which documents were considered and why.
+not a wall, so a wrong one costs places, not the answer); the protocol reads the best (``RunOptions.read_chunks``)
+and ``RunResult.reading["library"]`` says which documents were considered and why.
 """
 
 from __future__ import annotations

@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from minions.backends.address import on_this_device
 from minions.backends.embeddings import Embedder, embeddings_sent, vector_model_of
 from minions.chunking import Chunk
 from minions.paths import cache_dir
 
 from .ranking import Ranked, spread_pages
 from .sent import sent_by_document
+from .sentences import spans
 
 if TYPE_CHECKING:
     from .index import ChunkIndex
@@ -52,8 +54,11 @@ __all__ = [
     "EMBED_BATCH",
     "MEANING_DEPTH",
     "MEANING_WEIGHT",
+    "SENTENCE_DEPTH",
+    "SENTENCE_WEIGHT",
     "EmbedProgress",
     "VectorCache",
+    "by_sentence",
     "chunk_header",
     "embed_missing",
     "fuse",
@@ -74,6 +79,13 @@ EMBED_BATCH = 256
 batches them by length, so more at a time pads less."""
 HEADER_CHARS = 120
 """The longest header a chunk is embedded with."""
+SENTENCE_DEPTH = 20
+"""The best chunks re-ranked by their best sentence (``by_sentence``): the ones that may reach the ten read."""
+SENTENCE_WEIGHT = 0.3
+"""The best sentence's closeness in that re-ranking, beside the chunk's fused score (both scaled to 0..1; chosen
+on FinanceBench's half A and BAMBOO: docs/library.md, "A fact said in one sentence")."""
+MIN_SENTENCE_CHARS = 20
+"""A shorter span (a heading, a figure alone) says too little to be weighed by itself."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,42 @@ def fuse(
     return [replace(first[k], score=mixed[k]) for k in sorted(keys, key=lambda k: -mixed[k])]
 
 
+def by_sentence(
+    ranked: Sequence[Ranked],
+    asked: Any,
+    embedder: Embedder,
+    cache: VectorCache | None = None,
+    *,
+    depth: int = SENTENCE_DEPTH,
+    weight: float = SENTENCE_WEIGHT,
+) -> list[Ranked]:
+    """``ranked``'s best ``depth`` re-ranked by their best sentence: a chunk is 1,200 characters and one vector,
+    and a fact said in prose is one sentence of it, which the chunk's vector blurs. Each of those chunks' sentences
+    (``sentences.spans``, ``MIN_SENTENCE_CHARS`` or longer) is embedded through ``cache`` (the user's cache file:
+    a sentence is embedded once), and a chunk scores its score plus ``weight`` times its closest sentence's cosine
+    to ``asked`` (the question's vector), both scaled to 0..1 over the ``depth``; the rest follow as they were.
+    Only with an embedder on this device: one elsewhere would be sent the documents' sentences at every
+    question (what was sent when they were added is the library's; this would be each run's)."""
+    if embedder.address is not None and not on_this_device(embedder.address):
+        return list(ranked)
+    head = list(ranked[:depth])
+    texts, owners = [], []
+    for i, r in enumerate(head):
+        for span in spans(r.chunk.text):
+            if len(span.text) >= MIN_SENTENCE_CHARS:
+                texts.append(span.text)
+                owners.append(i)
+    if not texts:
+        return list(ranked)
+    cosine = (cache or _user_cache()).vectors(embedder, texts) @ np.asarray(asked, dtype=np.float32).reshape(-1)
+    best = np.full(len(head), -np.inf)
+    np.maximum.at(best, np.asarray(owners), cosine)
+    best[np.isinf(best)] = float(best[~np.isinf(best)].min())  # a chunk with no sentence of its own: the lowest
+    mix = [a + weight * b for a, b in zip(_scaled([r.score for r in head]), _scaled(best.tolist()), strict=True)]
+    order = sorted(range(len(head)), key=lambda i: (-mix[i], i))
+    return [replace(head[i], score=mix[i]) for i in order] + list(ranked[depth:])
+
+
 def _scaled(values: Sequence[float]) -> list[float]:
     """``values`` scaled to 0..1 (all 0 where they are all equal)."""
     low, high = min(values), max(values)
@@ -231,6 +279,11 @@ def _cache_at(path: str) -> VectorCache:
     return VectorCache(path)
 
 
+def _user_cache() -> VectorCache:
+    """The user's cache file (``minions.paths.cache_dir``)."""
+    return _cache_at(str(cache_dir() / VECTOR_CACHE_FILE))
+
+
 def rank_loaded(
     chunks: Sequence[Chunk],
     words: Sequence[Ranked],
@@ -244,7 +297,7 @@ def rank_loaded(
     first by words: ``ranking.lexical_rank``) fused with the chunks closest to ``question`` in meaning (``fuse``),
     pages spread. Each chunk is embedded with its header (``chunk_header``), through ``cache``."""
     texts = [f"{chunk_header(c.document, None, c.section)}\n{c.text}" for c in chunks]
-    vectors = (cache or _cache_at(str(cache_dir() / VECTOR_CACHE_FILE))).vectors(embedder, texts)
+    vectors = (cache or _user_cache()).vectors(embedder, texts)
     asked = embedder.embed([question], query=True)[0]
     cosine = vectors @ np.asarray(asked, dtype=np.float32).reshape(-1)
     place = {(c.document, c.index): i for i, c in enumerate(chunks)}
@@ -253,5 +306,6 @@ def rank_loaded(
     nearest = sorted(range(len(chunks)), key=lambda i: (-float(cosine[i]), i))[:MEANING_DEPTH]
     near = [Ranked(chunks[i], float(cosine[i])) for i in nearest]
     fused = spread_pages(fuse(by_words, closeness, near, weight=weight))
+    fused = spread_pages(by_sentence(fused, asked, embedder, cache))
     kept = {(r.chunk.document, r.chunk.index) for r in fused}
     return fused + [r for r in words if (r.chunk.document, r.chunk.index) not in kept]

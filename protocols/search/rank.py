@@ -21,7 +21,7 @@ from typing import Any
 from minions.backends.embeddings import Embedder
 
 from .index import ChunkIndex
-from .meaning import MEANING_DEPTH, MEANING_WEIGHT, fuse
+from .meaning import MEANING_DEPTH, MEANING_WEIGHT, by_sentence, fuse
 from .profiles import Glossary, Knowledge, knowledge_of, languages
 from .ranking import Ranked, Ranking, spread_pages, spread_repeats
 from .routing import COVER_CHARS, Route, name_pairs, question_dates, route
@@ -69,6 +69,7 @@ def search_library(
     asked: Any = None,
     glossary: Glossary | None = None,
     outside: float = OUTSIDE_ROUTE,
+    sentences: bool = True,
 ) -> LibrarySearch:
     """Route ``question`` among ``documents`` (names; None: the whole library), then rank chunks by words over all
     of ``documents``, the routed documents' lifted (the first at its words' score, the other routed ones at
@@ -76,7 +77,8 @@ def search_library(
     by meaning too (``meaning.fuse``, ``weight`` on meaning); a chunk that repeats a better one comes after the
     others (``ranking.spread_repeats``). What the documents' profiles add (``profiles.knowledge_of``: their
     languages, the filings' glossary where the question reaches filings) applies, with a user's ``glossary``.
-    ``asked``: the question's vector, where the caller has it."""
+    ``asked``: the question's vector, where the caller has it; ``sentences``: the best few re-ranked by their best
+    sentence (``meaning.by_sentence``)."""
     started = time.perf_counter()
     every = index.documents()
     records = [d for d in every if documents is None or d.name in documents]
@@ -108,6 +110,7 @@ def search_library(
         words = words[:MEANING_DEPTH]
         closeness = index.similarities(vector, [(r.chunk.document, r.chunk.index) for r in words]) if near else []
         ranked = spread_pages(fuse(words, closeness, near, weight=weight)) if near else words
+        ranked = spread_pages(by_sentence(ranked, vector, embedder)) if near and sentences else ranked
         about["meaning"] = embedder.name if near else f"{embedder.name}: no vectors yet, words alone"
     else:
         ranked = words

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from minions.chunking import Chunk
-from minions.protocols.evidence.quotes import NONE, answer_spans, candidates, quote_schema, spans, states_value
+from minions.protocols.evidence.quotes import NONE, answer_spans, candidates, quote_schema, states_value
+from minions.protocols.search.sentences import spans
 
 PROSE = (
     "## Financial Highlights\n\n"

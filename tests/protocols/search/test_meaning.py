@@ -18,6 +18,8 @@ from minions.protocols.search.index import SqliteIndex
 from minions.protocols.search.library import Library
 from minions.protocols.search.meaning import (
     EmbedProgress,
+    VectorCache,
+    by_sentence,
     chunk_header,
     embed_missing,
     fuse,
@@ -61,6 +63,46 @@ def test_fusion_mixes_scaled_words_and_meaning_at_meanings_weight() -> None:
     assert fuse([], [], []) == []
     alone = fuse(words, [None, None], [], weight=0.3)  # no vectors: words decide, scaled
     assert [(r.chunk.index, r.score) for r in alone] == [(0, 0.7), (1, 0.0)]
+
+
+LONG_BUDGET = Chunk(
+    "d",
+    3,
+    "The committee met on a Tuesday. It read the minutes of the last meeting. It discussed the weather. "
+    "Then it spoke about a red automobile parked outside. The meeting ended at noon.",
+    150,
+    330,
+)
+
+
+def test_a_chunk_whose_one_sentence_says_it_rises_past_one_that_says_it_vaguely() -> None:
+    """The re-ranking by best sentence: the question asks about a car; the first chunk mentions it once among four
+    other sentences (its whole vector is mostly about a meeting), the second is about banks and budgets. By their
+    best sentence, the chunk with the car's sentence leads; the rest follow in their order; each sentence is
+    embedded once (the cache)."""
+    embedder = KeywordEmbedder()
+    asked = embedder.embed(["Which car?"], query=True)[0]
+    ranked = [Ranked(BANK, 1.0), Ranked(LONG_BUDGET, 0.9), Ranked(BUDGET, 0.5), Ranked(CAR, 0.1)]
+    cache = VectorCache(":memory:")
+    again = by_sentence(ranked, asked, embedder, cache, depth=3)
+    assert [r.chunk.index for r in again] == [3, 0, 1, 2]
+    assert again[-1] == ranked[-1]  # past the depth: as it was
+    assert by_sentence(ranked, asked, embedder, cache, depth=3, weight=0.0) == [  # no weight: the order stands
+        Ranked(r.chunk, s) for r, s in zip(ranked[:3], (1.0, 0.8, 0.0), strict=True)
+    ] + ranked[3:]
+    embedded = sum(embedder.calls)
+    by_sentence(ranked, asked, embedder, cache, depth=3)
+    assert sum(embedder.calls) == embedded  # every sentence came from the cache
+
+
+def test_no_sentence_is_sent_to_an_embedding_model_elsewhere() -> None:
+    """An embedder on another machine was sent the chunks when they were added: a question's re-ranking would
+    send their sentences again at every question, so it keeps the fused order."""
+    embedder = KeywordEmbedder()
+    embedder.address = "https://embeddings.example.com/v1"
+    ranked = [Ranked(BANK, 1.0), Ranked(LONG_BUDGET, 0.9)]
+    assert by_sentence(ranked, [0.0, 0.0, 0.0, 1.0], embedder, VectorCache(":memory:"), weight=1.5) == ranked
+    assert embedder.calls == []
 
 
 def test_a_chunks_header_says_where_it_stands() -> None:
