@@ -10,11 +10,11 @@ Nothing the browser sends is trusted as a path or run as code:
   uploads folder, a folder's file only from its folder; a remembered folder that has become a link is not read).
 
 The store keeps what the app knows of a document (its name, its file, where it came from); the SDK's library
-(``protocols.search.library.Library``) indexes it under the store's id and answers the searches: a question is
+(``protocols.library.Library``) indexes it under the store's id and answers the searches: a question is
 routed to the documents it names and ranked there by words (``Library.sources``), so it reads only those, however
 many documents the library holds. The app only adds what a server needs: uploads, folders, limits.
 
-The index is ``APP_INDEX_FILE`` in the app's library folder, not the SDK's ``protocols.search.library.INDEX_FILE``:
+The index is ``APP_INDEX_FILE`` in the app's library folder, not the SDK's ``protocols.library.INDEX_FILE``:
 by default that folder is also the command line's library (``minions index``), and the two index their documents
 under different keys (store ids, file paths), so one file would let each replace the other's documents of the same
 name.
@@ -23,7 +23,7 @@ Loading (PDF text extraction) is slow and blocking: the web layer calls these me
 a folder is added, ``progress`` says which file it is at.
 
 A folder added through the app is kept in sync while the app runs (``AppLibrary.watch``, through
-``protocols.search.watch.FolderWatch``): a file added, changed (by its hash), renamed or deleted there is reflected
+``protocols.watch.FolderWatch``): a file added, changed (by its hash), renamed or deleted there is reflected
 within seconds, and what changed while the app was not running is caught up when it starts. Removing one of a
 folder's documents by hand stops keeping that folder in sync, so that the document does not come back.
 """
@@ -50,11 +50,11 @@ from minions.errors import (
     MinionsError,
     UnreadableDocumentError,
 )
+from minions.protocols.library import Library, Sources
 from minions.protocols.options import RunOptions
 from minions.protocols.search.index import ChunkIndex
-from minions.protocols.search.library import Library, Sources
 from minions.protocols.search.meaning import EmbedProgress
-from minions.protocols.search.watch import FolderWatch
+from minions.protocols.watch import FolderWatch
 
 from .store import DocumentRecord, Store
 

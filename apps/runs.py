@@ -35,7 +35,7 @@ from minions.protocols import (
     needs_remote,
     remote_leaves_device,
 )
-from minions.protocols.search.library import Sources
+from minions.protocols.library import Sources
 from minions.protocols.search.sent import with_egress
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]

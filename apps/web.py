@@ -37,7 +37,7 @@ from minions.documents import SUPPORTED_SUFFIXES
 from minions.errors import DocumentError
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
-from minions.protocols.search.library import Sources
+from minions.protocols.library import Sources
 from minions.protocols.search.sent import sent_summary
 
 from . import openai_api

@@ -13,9 +13,9 @@ from minions.backends.embeddings import OnnxEmbedder, SentenceTransformersEmbedd
 from minions.chunking import Chunk
 from minions.documents import Document
 from minions.errors import ConfigError
+from minions.protocols.library import Library
 from minions.protocols.search import vectors
 from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import Library
 from minions.protocols.search.meaning import (
     EmbedProgress,
     chunk_header,

@@ -9,11 +9,14 @@ Adding a file reads its text once (``minions.documents``), cuts it into chunks a
 the file's path and checked by its content's hash: a file added again unchanged costs a hash, a changed one is
 replaced, ``refresh`` re-reads what changed and drops what is gone. A file that cannot be read is listed with
 its reason and the others go on. The local model is not needed for any of it: its chunk states are saved when a
-question reads a chunk (``warm=True`` computes them all ahead, ``protocols.search.warming``).
+question reads a chunk (``warm=True`` computes them all ahead, ``protocols.chunk_states``).
 
 A question is ranked in one place, ``protocols.search.rank`` (route, words, meaning, repeats: a route is evidence,
-not a wall, so a wrong one costs places, not the answer); the protocol reads the best (``RunOptions.read_chunks``) and ``RunResult.reading["library"]`` says
-which documents were considered and why.
+not a wall, so a wrong one costs places, not the answer); the protocol reads the best (``RunOptions.read_chunks``)
+and ``RunResult.reading["library"]`` says which documents were considered and why.
+
+The library sits on the protocols' top floor, above ``search/`` (what searches) and the protocols it runs
+(``factory``); ``watch`` keeps folders in sync with it, ``chunk_states`` computes its chunks' states ahead.
 """
 
 from __future__ import annotations
@@ -36,28 +39,25 @@ from minions.documents import Document, load_document
 from minions.documents.files import contained, linked_folders, read_contained, sha256_file, walk
 from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
-from ..factory import get_protocol
-from ..options import RunOptions, default_protocol
-from ..result import EgressRecord, RunResult
-from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
-from .meaning import EmbedProgress, embed_missing
-from .profiles import Glossary
-from .rank import RANK_DEPTH, LibrarySearch, search_library
-from .ranking import Ranking
-from .routing import profile
-from .sent import question_egress, with_egress
-from .warming import IndexProgress, PrefixSaver, index_documents
+from .chunk_states import ChunkStateProgress, PrefixSaver, save_chunk_states
+from .factory import get_protocol
+from .options import RunOptions, default_protocol
+from .result import EgressRecord, RunResult
+from .search.index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
+from .search.meaning import EmbedProgress, embed_missing
+from .search.profiles import Glossary
+from .search.rank import RANK_DEPTH, LibrarySearch, search_library
+from .search.ranking import Ranking
+from .search.routing import profile
+from .search.sent import question_egress, with_egress
 
 __all__ = [
     "GLOSSARY_FILE",
     "INDEX_FILE",
-    "RANK_DEPTH",
     "AddProgress",
     "AddReport",
     "Library",
-    "LibrarySearch",
     "Sources",
-    "search_library",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 INDEX_FILE = "library.sqlite"
 """The index's file name inside a library folder."""
 GLOSSARY_FILE = "glossary.json"
-"""A user's glossary beside the index (``profiles.Glossary.load``): read when the library is opened."""
+"""A user's glossary beside the index (``search.profiles.Glossary.load``): read when the library is opened."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +238,7 @@ class Library:
         *paths: str | os.PathLike[str] | Document,
         on_progress: Callable[[AddProgress], None] | None = None,
         warm: bool = False,
-        on_warm: Callable[[IndexProgress], None] | None = None,
+        on_warm: Callable[[ChunkStateProgress], None] | None = None,
         embed: bool = True,
         on_embed: Callable[[EmbedProgress], None] | None = None,
         within: Sequence[str | os.PathLike[str]] | None = None,
@@ -435,15 +435,15 @@ class Library:
         return with_egress(self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs), found.egress)
 
     def warm(
-        self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None
-    ) -> list[IndexProgress]:
+        self, names: Sequence[str] | None = None, on_progress: Callable[[ChunkStateProgress], None] | None = None
+    ) -> list[ChunkStateProgress]:
         """Compute and save the chunk states of ``names`` (all documents) on the local model, ahead of questions
         (minutes a 10-K on 2 cores, ~9 MB a chunk): what a question reads is saved anyway."""
         local: Backend = self.protocol.local
         if not isinstance(local, PrefixSaver):
             raise ConfigError(f"{local.name} keeps no chunk states: warming needs the embedded model.")
         docs = [self.document(n) for n in (names or [d.name for d in self.documents])]
-        return index_documents(docs, local, options=self.options, on_progress=on_progress)
+        return save_chunk_states(docs, local, options=self.options, on_progress=on_progress)
 
     def close(self) -> None:
         self.index.close()
