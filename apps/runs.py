@@ -138,7 +138,7 @@ class RunRequest:
     question: str
     documents: Callable[[], list[Document] | Sources]
     """Called in the worker: loading PDFs blocks, and a failure to load becomes the run's error. ``Sources``: the
-    library's search led to these documents and ranked their chunks (``AppLibrary.search``)."""
+    library's search led to these documents and ranked their chunks (``AppDocuments.search``)."""
     settings: Settings
 
 

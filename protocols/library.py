@@ -169,7 +169,8 @@ def _skip_outside(link: Path, roots: list[Path], report: AddReport) -> None:
 class Library:
     """Documents in an index on disk (``path``: a folder or a ``.sqlite`` file; None: kept in memory), asked
     about together. ``local``/``remote``/``protocol``/``options`` are those of the protocols; the models load at
-    the first question, not before."""
+    the first question, not before. ``max_file_bytes``: a larger file is skipped, with the reason (a server's
+    limit; None: any size)."""
 
     def __init__(
         self,
@@ -182,8 +183,10 @@ class Library:
         embeddings: str | Embedder | None = None,
         allow_egress: bool = False,
         glossary: str | os.PathLike[str] | Mapping[str, str] | Glossary | None = None,
+        max_file_bytes: int | None = None,
         **options: Any,
     ) -> None:
+        self.max_file_bytes = max_file_bytes
         self.index = index if index is not None else SqliteIndex(_index_path(path))
         beside = Path(self.index.path).parent / GLOSSARY_FILE if self.index.path != ":memory:" else None
         self.glossary = Glossary.load(glossary if glossary is not None or beside is None or not beside.is_file()
@@ -323,29 +326,27 @@ class Library:
             found = self.index.find(key)
             if found is not None and found.sha256 == digest:
                 return None
-            return self._store(doc, key, digest, len(data))
+            return self.put(doc, key=key, sha256=digest, size=len(data))
         key = str(item.resolve() if roots is None else contained(item, roots))
+        if self.max_file_bytes is not None and Path(key).stat().st_size > self.max_file_bytes:
+            raise DocumentError(f"{item} is larger than {self.max_file_bytes / 1024 / 1024:g} MB", path=str(item))
         digest = sha256_file(item) if roots is None else hashlib.sha256(read_contained(item, roots)).hexdigest()
         found = self.index.find(key)
         if found is not None and found.sha256 == digest:
             return None
         doc = load_document(item, within=roots)
-        return self._store(doc, key, digest, item.stat().st_size, replacing=found)
-
-    def _store(
-        self, doc: Document, key: str, digest: str, size: int, replacing: IndexedDocument | None = None
-    ) -> IndexedDocument:
-        name = self._free_name(doc.name, replacing)
-        named = doc if name == doc.name else replace(doc, name=name)
-        return self.put(named, key=key, sha256=digest, size=size)
+        return self.put(doc, key=key, sha256=digest, size=item.stat().st_size)
 
     def put(self, doc: Document, *, key: str, sha256: str, size: int) -> IndexedDocument:
-        """Chunk ``doc`` as the protocols do, profile it for routing, and index it under its name and ``key`` (one
-        transaction; what either held before is replaced). ``add`` keys a file by its path; the app keys its
-        documents by its own ids."""
+        """Chunk ``doc`` as the protocols do, profile it for routing, and index it under ``key`` (one transaction;
+        what ``key`` held before is replaced), named ``doc.name``, or ``stem (2).suffix`` ... where another document
+        of the library has that name. ``add`` keys a file by its path; the app's uploads are keyed by their stored
+        copy's path, under the name they were uploaded with."""
+        name = self._free_name(doc.name, self.index.find(key))
+        named = doc if name == doc.name else replace(doc, name=name)
         o = self.options
-        chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        return self.index.add(doc, chunks, key=key, sha256=sha256, size=size, profile=profile(doc, len(chunks)))
+        chunks = chunk_documents([named], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+        return self.index.add(named, chunks, key=key, sha256=sha256, size=size, profile=profile(named, len(chunks)))
 
     def _free_name(self, name: str, replacing: IndexedDocument | None) -> str:
         """``name``, or ``stem (2).suffix`` ... when another file of the library has it."""
