@@ -187,6 +187,9 @@ class Library:
         **options: Any,
     ) -> None:
         self.max_file_bytes = max_file_bytes
+        self._naming = threading.Lock()
+        """Held while a document is named and stored: two threads (a server's requests, a folder watch) adding at
+        once never give two documents one name."""
         self.index = index if index is not None else SqliteIndex(_index_path(path))
         beside = Path(self.index.path).parent / GLOSSARY_FILE if self.index.path != ":memory:" else None
         self.glossary = Glossary.load(glossary if glossary is not None or beside is None or not beside.is_file()
@@ -342,11 +345,12 @@ class Library:
         what ``key`` held before is replaced), named ``doc.name``, or ``stem (2).suffix`` ... where another document
         of the library has that name. ``add`` keys a file by its path; the app's uploads are keyed by their stored
         copy's path, under the name they were uploaded with."""
-        name = self._free_name(doc.name, self.index.find(key))
-        named = doc if name == doc.name else replace(doc, name=name)
-        o = self.options
-        chunks = chunk_documents([named], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        return self.index.add(named, chunks, key=key, sha256=sha256, size=size, profile=profile(named, len(chunks)))
+        with self._naming:
+            name = self._free_name(doc.name, self.index.find(key))
+            named = doc if name == doc.name else replace(doc, name=name)
+            o = self.options
+            chunks = chunk_documents([named], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+            return self.index.add(named, chunks, key=key, sha256=sha256, size=size, profile=profile(named, len(chunks)))
 
     def _free_name(self, name: str, replacing: IndexedDocument | None) -> str:
         """``name``, or ``stem (2).suffix`` ... when another file of the library has it."""
