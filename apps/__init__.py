@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import AppConfig
-    from .library import AppLibrary
+    from .library import AppDocuments
     from .runs import Models, Runner, Settings
     from .store import Store
     from .web import create_app
 
 _LAZY = {
     "AppConfig": "minions.apps.config",
-    "AppLibrary": "minions.apps.library",
+    "AppDocuments": "minions.apps.library",
     "Models": "minions.apps.runs",
     "Runner": "minions.apps.runs",
     "Settings": "minions.apps.runs",
@@ -39,4 +39,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["AppConfig", "AppLibrary", "Models", "Runner", "Settings", "Store", "create_app"]
+__all__ = ["AppConfig", "AppDocuments", "Models", "Runner", "Settings", "Store", "create_app"]

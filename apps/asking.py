@@ -9,7 +9,7 @@ from typing import Any
 
 from minions.errors import ConfigError, MinionsError
 from minions.protocols import RunResult, missing_remote, needs_remote
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 
 __all__ = ["ask_library", "check_protocol"]
 

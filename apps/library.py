@@ -1,4 +1,4 @@
-"""The app's document library: uploads and local folders become documents the app can ask about.
+"""The app's documents: the SDK's ``Library`` on the app's library folder, with uploads and the folders the user added.
 
 Nothing the browser sends is trusted as a path or run as code:
 
@@ -9,21 +9,20 @@ Nothing the browser sends is trusted as a path or run as code:
   checked again on the file opened, and at every later read of a document's file: an upload only from the
   uploads folder, a folder's file only from its folder; a remembered folder that has become a link is not read).
 
-The store keeps what the app knows of a document (its name, its file, where it came from); the SDK's library
-(``protocols.search.library.Library``) indexes it under the store's id and answers the searches: a question is
-routed to the documents it names and ranked there by words (``Library.sources``), so it reads only those, however
-many documents the library holds. The app only adds what a server needs: uploads, folders, limits.
+The library (``protocols.library.Library``) is the one record of the documents: its index (``INDEX_FILE`` in the
+app's library folder, by default also the command line's library) keys each document by its file's path, an upload's
+by its stored copy's; a document's id in the app's API is made from that key (``document_id``). A question is routed
+to the documents it names and ranked there (``Library.sources``), so it reads only those, however many documents
+the library holds. This module adds only what a server needs: uploads, remembered folders, limits.
 
-The index is ``APP_INDEX_FILE`` in the app's library folder, not the SDK's ``protocols.search.library.INDEX_FILE``:
-by default that folder is also the command line's library (``minions index``), and the two index their documents
-under different keys (store ids, file paths), so one file would let each replace the other's documents of the same
-name.
+An app folder of the earlier layout (its own index file ``index.sqlite``, keyed by the store's ids, and a table of
+documents in the store) is carried into the library when the app first opens it (``carry_over``).
 
 Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
 a folder is added, ``progress`` says which file it is at.
 
-A folder added through the app is kept in sync while the app runs (``AppLibrary.watch``, through
-``protocols.search.watch.FolderWatch``): a file added, changed (by its hash), renamed or deleted there is reflected
+A folder added through the app is kept in sync while the app runs (``AppDocuments.watch``, through
+``protocols.watch.FolderWatch``): a file added, changed (by its hash), renamed or deleted there is reflected
 within seconds, and what changed while the app was not running is caught up when it starts. Removing one of a
 folder's documents by hand stops keeping that folder in sync, so that the document does not come back.
 """
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from minions.documents import Document, load_document
-from minions.documents.files import SUPPORTED_SUFFIXES, check_content, contained, read_contained, sha256_file, walk
+from minions.documents.files import SUPPORTED_SUFFIXES, check_content, walk
 from minions.errors import (
     DocumentError,
     DocumentNotFoundError,
@@ -50,27 +49,28 @@ from minions.errors import (
     MinionsError,
     UnreadableDocumentError,
 )
+from minions.protocols.library import AddProgress, Library, Sources
 from minions.protocols.options import RunOptions
-from minions.protocols.search.index import ChunkIndex
-from minions.protocols.search.library import Library, Sources
+from minions.protocols.search.index import ChunkIndex, IndexedDocument, SqliteIndex
 from minions.protocols.search.meaning import EmbedProgress
-from minions.protocols.search.watch import FolderWatch
+from minions.protocols.watch import FolderWatch
 
 from .store import DocumentRecord, Store
 
 __all__ = [
-    "APP_INDEX_FILE",
-    "AppLibrary",
+    "EARLIER_INDEX_FILE",
+    "AppDocuments",
     "FolderReport",
     "UnsupportedUploadError",
     "UploadTooLargeError",
     "check_upload",
+    "document_id",
 ]
 
 log = logging.getLogger(__name__)
 
-APP_INDEX_FILE = "index.sqlite"
-"""The app's text index, in its library folder (why not the SDK's name: the module's docstring)."""
+EARLIER_INDEX_FILE = "index.sqlite"
+"""The app's own index in its library folder before it used the SDK's (keyed by the store's ids): carried over."""
 MAX_FOLDER_FILES = 500
 """Most files one "add folder" reads; a folder with more is probably not what the user meant."""
 MAX_NAME_CHARS = 120
@@ -91,6 +91,12 @@ class FolderReport:
     added: list[DocumentRecord] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(file, why) for every file that was not added."""
+
+
+def document_id(key: str) -> str:
+    """A document's id in the app's API: made from its key in the library (its file's path), so it is the same
+    at every start."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def clean_name(filename: str) -> str:
@@ -120,36 +126,58 @@ def check_upload(name: str, head: bytes) -> str:
     return suffix
 
 
-class AppLibrary:
-    """The app's documents: their rows in the store, their files, and the SDK's ``Library`` that indexes them
-    under the store's ids; loaded ``Document`` objects are kept for reuse."""
+class AppDocuments:
+    """The app's documents: the SDK's ``Library`` on ``root`` (``library``), the uploads stored under it and the
+    folders kept in sync (remembered in the store); loaded ``Document`` objects are kept for reuse."""
 
     def __init__(self, store: Store, root: Path, *, max_bytes: int, options: RunOptions | None = None) -> None:
         self.store = store
         self.uploads = (root / "uploads").resolve()
         self.uploads.mkdir(parents=True, exist_ok=True)
-        self.library = Library(root / APP_INDEX_FILE)
-        """Indexes the documents in an index of another format again when it opens, from their stored text; a
-        document it cannot is indexed again from its file at the next search."""
+        self.library = Library(root, max_file_bytes=max_bytes)
+        """Indexes the documents in an index of another format again when it opens, from their stored text."""
         self.library.options = options or RunOptions()
-        self.library.load_in_background()  # the app's and the API's first question does not wait for it
         self.max_bytes = max_bytes
         self.progress: dict[str, Any] | None = None
         """While a folder is being added: the folder, files done of files_total, the file at hand."""
-        self._loaded: OrderedDict[str, Document] = OrderedDict()
+        self._loaded: OrderedDict[tuple[str, str], Document] = OrderedDict()
         self._lock = threading.Lock()
         self._embedding: threading.Thread | None = None
         self.embed_progress: EmbedProgress | None = None
         """While chunks are being given meaning vectors (in the background, after documents are added)."""
         self._changing = threading.RLock()
-        """Held while documents are added or removed: the web layer's threads and the folder watch take turns."""
+        """Held while the app adds or removes documents: the web layer's threads take turns."""
         self._watch: FolderWatch | None = None
         self._watching = False
         """Whether the folders are kept in sync (``watch``); a folder added meanwhile joins them."""
+        self.carried = self.carry_over(root)
+        """The documents of an app folder of the earlier layout, now in the library."""
+        self.library.load_in_background()  # the app's and the API's first question does not wait for it
+        if self.carried:
+            self._embed_in_background()
+
+    # -- the documents ------------------------------------------------------------------------------------------
+    def records(self) -> list[DocumentRecord]:
+        """The library's documents as the app shows them, in the order they were added."""
+        docs = sorted(self.library.documents, key=lambda d: (d.added_at, d.name))
+        return [self._record(d) for d in docs]
+
+    def _record(self, d: IndexedDocument) -> DocumentRecord:
+        source = "upload" if Path(d.key).parent == self.uploads else "folder"
+        return DocumentRecord(document_id(d.key), d.name, d.key, source, d.bytes, d.pages, d.chars, d.sha256,
+                              d.added_at)  # fmt: skip
+
+    def record(self, doc_id: str) -> DocumentRecord | None:
+        return next((r for r in self.records() if r.id == doc_id), None)
+
+    @property
+    def index(self) -> ChunkIndex:
+        return self.library.index
 
     # -- adding -----------------------------------------------------------------------------------------------
     def add_upload(self, filename: str, data: bytes) -> DocumentRecord:
-        """Check, store and load an upload; on any failure nothing stays behind."""
+        """Check, store and index an upload; on any failure nothing stays behind. The same content again is the
+        document that holds it."""
         name = clean_name(filename)
         if len(data) > self.max_bytes:
             raise UploadTooLargeError(f"{name} is larger than the upload limit of {_mb(self.max_bytes)}.", path=name)
@@ -157,17 +185,22 @@ class AppLibrary:
             raise EmptyDocumentError(f"{name} is empty: add a file with text in it.", path=name)
         suffix = check_upload(name, data[:_SNIFF_BYTES])
         digest = hashlib.sha256(data).hexdigest()
-        existing = self.store.find_document(sha256=digest)
-        if existing is not None:
-            return existing
-        target = self.uploads / f"{uuid.uuid4().hex}{suffix}"
-        target.write_bytes(data)
-        try:
-            doc = self._load(target, name, [self.uploads])
-        except BaseException:
-            target.unlink(missing_ok=True)
-            raise
-        return self._register(doc, name, target, "upload", len(data), digest)
+        with self._changing:
+            existing = next((r for r in self.records() if r.sha256 == digest), None)
+            if existing is not None:
+                return existing
+            target = self.uploads / f"{uuid.uuid4().hex}{suffix}"
+            target.write_bytes(data)
+            try:
+                doc = self._load(target, name, [self.uploads])
+                indexed = self.library.put(doc, key=str(target), sha256=digest, size=len(data))
+            except BaseException:
+                target.unlink(missing_ok=True)
+                raise
+        self._embed_in_background()
+        record = self._record(indexed)
+        self._remember(record, replace(doc, name=record.name))
+        return record
 
     def add_folder(self, folder: str) -> FolderReport:
         """Add every supported file under ``folder`` (a path on this machine), without leaving it; the folder is
@@ -180,31 +213,30 @@ class AppLibrary:
         return report
 
     def _add_files(self, root: Path) -> FolderReport:
+        """``Library.add`` over the first ``MAX_FOLDER_FILES`` supported files under ``root``, read only inside it;
+        a file already in the library (a link to another of its files) is reported as skipped."""
         report = FolderReport()
-        paths = _walk(root, report)
-        for n, path in enumerate(paths):
-            shown = str(path.relative_to(root))
-            self.progress = {"folder": str(root), "files": n, "files_total": len(paths), "file": shown,
-                             "added": len(report.added), "skipped": len(report.skipped)}  # fmt: skip
-            try:
-                real = contained(path, [root])
-                if not real.is_file():
-                    raise UnsupportedUploadError(f"{shown} is not a regular file", path=shown)
-                existing = self.store.find_document(path=str(real))
-                if existing is not None:
-                    report.skipped.append((shown, f"already in the library as {existing.name}"))
-                    continue
-                size = real.stat().st_size
-                if size > self.max_bytes:
-                    raise UploadTooLargeError(f"{shown} is larger than {_mb(self.max_bytes)}", path=shown)
-                data = read_contained(real, [root])
-                check_upload(path.name, data[:_SNIFF_BYTES])
-                digest = hashlib.sha256(data).hexdigest()
-                doc = self._load(real, path.name, [root])
-                report.added.append(self._register(doc, path.name, real, "folder", size, digest))
-            except (DocumentError, OSError) as exc:
-                report.skipped.append((shown, str(exc)))
-        self.progress = None
+        found = list(walk(root))
+        paths, over = found[:MAX_FOLDER_FILES], found[MAX_FOLDER_FILES:]
+
+        def progress(p: AddProgress) -> None:
+            self.progress = {"folder": str(root), "files": p.files, "files_total": p.files_total,
+                             "file": _shown(p.file, root), "added": p.files - len(report.skipped)}  # fmt: skip
+
+        try:
+            added = self.library.add(*paths, within=[root], embed=False, on_progress=progress)
+        finally:
+            self.progress = None
+        for shown in added.unchanged:
+            key = str(Path(shown).resolve())
+            same = next((d.name for d in self.library.documents if d.key == key), "another document")
+            report.skipped.append((_shown(shown, root), f"already in the library as {same}"))
+        report.skipped += [(_shown(file, root), why) for file, why in added.skipped]
+        too_many = f"the folder has more than {MAX_FOLDER_FILES} documents"
+        report.skipped += [(_shown(str(p), root), too_many) for p in over]
+        report.added = [self._record(d) for d in added.added]
+        if added.added:
+            self._embed_in_background()
         return report
 
     def _folder_root(self, folder: str) -> Path:
@@ -245,29 +277,6 @@ class AppLibrary:
                 real.append(folder)
         return real
 
-    def _register(self, doc: Document, name: str, path: Path, source: str, size: int, digest: str) -> DocumentRecord:
-        record = self.store.add_document(
-            name=name,
-            path=str(path),
-            source=source,
-            size=size,
-            pages=len(doc.pages),
-            chars=len(doc.text),
-            sha256=digest,
-        )
-        named = replace(doc, name=record.name)
-        try:
-            self._index(record, named)
-        except BaseException:
-            self.store.remove_document(record.id)
-            raise
-        self._remember(record.id, named)
-        return record
-
-    def _index(self, record: DocumentRecord, doc: Document) -> None:
-        self.library.put(doc, key=record.id, sha256=record.sha256, size=record.bytes)
-        self._embed_in_background()
-
     def _embed_in_background(self) -> None:
         """Give the new chunks meaning vectors in a thread of their own: a question asked meanwhile is searched by
         words (and meaning where vectors exist already); one thread at a time, which goes on until none is left."""
@@ -291,27 +300,17 @@ class AppLibrary:
     def _on_embed(self, progress: EmbedProgress) -> None:
         self.embed_progress = progress
 
-    @property
-    def index(self) -> ChunkIndex:
-        return self.library.index
-
     def search(self, question: str, ids: Sequence[str] | None = None) -> Sources:
         """What ``question`` reads of the documents ``ids`` (None: all): ``Library.sources``, with each document
-        read from its file; a document the index does not hold yet (a library from before the index) is indexed
-        first."""
-        records = self._records(ids)
-        indexed = {d.key for d in self.index.documents()}
-        for r in records:
-            if r.id not in indexed:
-                self._index(r, self.load(r))
-        by_name = {r.name: r for r in records}
+        read from its file."""
+        by_name = {r.name: r for r in self._records(ids)}
         return self.library.sources(question, list(by_name), read=lambda name: self.load(by_name[name]))
 
     def index_bytes(self) -> dict[str, int]:
-        """The text index's disk, shared out among the documents by their characters."""
+        """The text index's disk, shared out among the documents (by id) by their characters."""
         docs = self.index.documents()
         total, chars = self.index.disk_bytes(), sum(d.chars for d in docs) or 1
-        return {d.key: int(total * d.chars / chars) for d in docs}
+        return {document_id(d.key): int(total * d.chars / chars) for d in docs}
 
     # -- using ------------------------------------------------------------------------------------------------
     def documents(self, ids: Sequence[str] | None = None) -> list[Document]:
@@ -319,7 +318,7 @@ class AppLibrary:
         return [self.load(r) for r in self._records(ids)]
 
     def _records(self, ids: Sequence[str] | None) -> list[DocumentRecord]:
-        records = self.store.documents()
+        records = self.records()
         if ids is None:
             return records
         by_id = {r.id: r for r in records}
@@ -330,7 +329,7 @@ class AppLibrary:
 
     def resolve_names(self, refs: Sequence[str]) -> list[str]:
         """Document ids for references that are ids or names (the OpenAI route's ``documents`` field)."""
-        records = self.store.documents()
+        records = self.records()
         by_name = {r.name: r.id for r in records}
         ids = {r.id for r in records}
         out = []
@@ -346,23 +345,28 @@ class AppLibrary:
         return out
 
     def load(self, record: DocumentRecord) -> Document:
+        """``record``'s document, read from its file (within the folders it may be read from); a document the
+        library holds as text only (``Library.add`` of a ``Document``) from the index."""
         with self._lock:
-            if record.id in self._loaded:
-                self._loaded.move_to_end(record.id)
-                return self._loaded[record.id]
-        try:
-            doc = self._load(Path(record.path), record.name, self._roots(record))
-        except DocumentNotFoundError as exc:
-            raise DocumentNotFoundError(
-                f"{record.name} is no longer at {record.path}: remove it from the library or put it back.",
-                path=record.path,
-            ) from exc
-        self._remember(record.id, doc)
+            if (record.id, record.sha256) in self._loaded:
+                self._loaded.move_to_end((record.id, record.sha256))
+                return self._loaded[(record.id, record.sha256)]
+        if record.path.startswith("document:"):
+            doc = self.library.document(record.name)
+        else:
+            try:
+                doc = self._load(Path(record.path), record.name, self._roots(record))
+            except DocumentNotFoundError as exc:
+                raise DocumentNotFoundError(
+                    f"{record.name} is no longer at {record.path}: remove it from the library or put it back.",
+                    path=record.path,
+                ) from exc
+        self._remember(record, doc)
         return doc
 
     def page_text(self, doc_id: str, page: int) -> str:
         """The text of one page (1-based) of a PDF, or the whole text of a document without pages."""
-        record = self.store.document(doc_id)
+        record = self.record(doc_id)
         if record is None:
             raise DocumentNotFoundError(f"No document {doc_id!r} in the library.")
         doc = self.load(record)
@@ -376,26 +380,22 @@ class AppLibrary:
     def remove(self, doc_id: str) -> DocumentRecord | None:
         """Forget a document; an uploaded file is deleted too, a folder's file never (and its folder is no longer
         kept in sync: the document would come back)."""
-        record = self._forget(doc_id)
-        if record is not None and record.source == "folder":
-            watched = [f for f in self.store.folders() if Path(record.path).is_relative_to(f)]
-            for folder in watched:
-                self.store.remove_folder(folder)
-                log.info("%s was removed by hand: %s is no longer kept in sync", record.name, folder)
-            if watched and self._watching:
-                self.watch()
-        return record
-
-    def _forget(self, doc_id: str) -> DocumentRecord | None:
         with self._changing:
-            record = self.store.remove_document(doc_id)
-            if record is None:
+            record = self.record(doc_id)
+            if record is None or not self.library.remove(record.name):
                 return None
-            self.library.remove(record.name)
         with self._lock:
-            self._loaded.pop(doc_id, None)
-        if record.source == "upload" and Path(record.path).parent == self.uploads:
+            for cached in [k for k in self._loaded if k[0] == doc_id]:
+                del self._loaded[cached]
+        if record.source == "upload":
             Path(record.path).unlink(missing_ok=True)
+            return record
+        watched = [f for f in self.store.folders() if Path(record.path).is_relative_to(f)]
+        for folder in watched:
+            self.store.remove_folder(folder)
+            log.info("%s was removed by hand: %s is no longer kept in sync", record.name, folder)
+        if watched and self._watching:
+            self.watch()
         return record
 
     # -- folders kept in sync -----------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ class AppLibrary:
         self._watching = True
         folders = self._real_folders()
         if folders:
-            self._watch = FolderWatch(self.library, folders, sync=self.sync).start()
+            self._watch = FolderWatch(self.library, folders).start()
 
     def unwatch(self) -> None:
         """Stop keeping the folders in sync."""
@@ -419,41 +419,56 @@ class AppLibrary:
         """Wait until the folders are caught up (for at most ``timeout`` seconds); whether they are."""
         return self._watch is None or self._watch.wait_ready(timeout)
 
-    def sync(self, paths: Sequence[Path]) -> list[FolderReport]:
-        """Bring the documents in line with ``paths`` (files or folders under the folders kept in sync): each
-        folder they are in is synced (``sync_folder``)."""
-        roots = sorted({Path(f) for f in self._real_folders() for p in paths if Path(p).is_relative_to(f)})
-        return [self.sync_folder(root) for root in roots]
-
-    def sync_folder(self, root: Path) -> FolderReport:
-        """Bring the documents from under ``root`` in line with its files: those whose file is gone or changed
-        (its SHA-256) are forgotten, then new and changed files are added; an unchanged file costs its hash."""
-        with self._changing:
-            for r in self.store.documents():
-                path = Path(r.path)
-                within = r.source == "folder" and path.is_relative_to(root)
-                if within and (not path.is_file() or sha256_file(path) != r.sha256):
-                    self._forget(r.id)
-                    log.info("%s changed or is gone: forgotten", r.name)
-            report = self._add_files(root) if root.is_dir() else FolderReport()
-        for record in report.added:
-            log.info("%s added from %s", record.name, root)
-        return report
-
-    def _remember(self, doc_id: str, doc: Document) -> None:
+    def _remember(self, record: DocumentRecord, doc: Document) -> None:
         with self._lock:
-            self._loaded[doc_id] = doc
+            self._loaded[(record.id, record.sha256)] = doc
             while len(self._loaded) > _LOADED_CACHE:
                 self._loaded.popitem(last=False)
 
+    # -- an app folder of the earlier layout --------------------------------------------------------------------
+    def carry_over(self, root: Path) -> list[DocumentRecord]:
+        """Carry the documents of an app folder of the earlier layout (the store's table of documents, the app's
+        own index ``EARLIER_INDEX_FILE`` keyed by their ids) into the library, keyed by their files' paths: from
+        the earlier index's stored text where it holds the same content, else from the file; one that neither
+        gives is logged and left out. Then the table and the earlier index are dropped: it happens once."""
+        earlier = self.store.earlier_documents()
+        old_path = root / EARLIER_INDEX_FILE
+        if not earlier and not old_path.exists():
+            return []
+        old = SqliteIndex(old_path) if old_path.exists() else None
+        carried = []
+        try:
+            for r in earlier:
+                try:
+                    doc = _stored(old, r) or self._load(Path(r.path), r.name, self._roots(r))
+                    carried.append(self._record(self.library.put(doc, key=r.path, sha256=r.sha256, size=r.bytes)))
+                except (DocumentError, OSError) as exc:
+                    log.warning("%s could not be carried into the library: %s", r.name, exc)
+        finally:
+            if old is not None:
+                old.close()
+        self.store.forget_earlier_documents()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{old_path}{suffix}").unlink(missing_ok=True)
+        log.info("app folder of the earlier layout: %d documents carried into the library", len(carried))
+        return carried
 
-def _walk(root: Path, report: FolderReport) -> list[Path]:
-    """The supported files under ``root`` (``minions.documents.files.walk``), the first ``MAX_FOLDER_FILES`` of
-    them; the others are reported as skipped."""
-    found = list(walk(root))
-    for path in found[MAX_FOLDER_FILES:]:
-        report.skipped.append((str(path.relative_to(root)), f"the folder has more than {MAX_FOLDER_FILES} documents"))
-    return found[:MAX_FOLDER_FILES]
+
+def _stored(old: SqliteIndex | None, record: DocumentRecord) -> Document | None:
+    """``record``'s text as the earlier index stored it, where it holds the same content; else None."""
+    found = old.find(record.id) if old is not None else None
+    if found is None or found.sha256 != record.sha256:
+        return None
+    try:
+        return replace(old.document(found.name), name=record.name) if old is not None else None
+    except (KeyError, DocumentError, ValueError):
+        return None
+
+
+def _shown(file: str, root: Path) -> str:
+    """A file of a folder as the app names it: its path inside the folder."""
+    path = Path(file)
+    return str(path.relative_to(root)) if path.is_relative_to(root) else file
 
 
 def _mb(n: int) -> str:

@@ -37,9 +37,10 @@ from pydantic import BaseModel, Field
 from minions.documents.files import contained
 from minions.errors import MinionsError, OutsideFolderError
 from minions.protocols import RunResult
+from minions.protocols.library import AddProgress, Library
 from minions.protocols.result import EMBED_STEP, LOCAL_STEP
-from minions.protocols.search.library import RANK_DEPTH, AddProgress, Library
-from minions.protocols.search.watch import FolderWatch
+from minions.protocols.search.rank import RANK_DEPTH
+from minions.protocols.watch import FolderWatch
 
 from .asking import ask_library, check_protocol
 

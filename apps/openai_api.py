@@ -172,7 +172,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> dic
     question, inline, short = split_messages(body.messages)
     ids = state.library.resolve_names(body.documents) if body.documents is not None else None
     notes = _replaced_notes(request)
-    if not inline and not (ids if ids is not None else state.store.documents()):
+    if not inline and not (ids if ids is not None else state.library.records()):
         if not short:
             raise ApiError(
                 400,

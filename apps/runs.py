@@ -35,7 +35,7 @@ from minions.protocols import (
     needs_remote,
     remote_leaves_device,
 )
-from minions.protocols.search.library import Sources
+from minions.protocols.library import Sources
 from minions.protocols.search.sent import with_egress
 
 __all__ = ["Models", "Outcome", "RunRequest", "Runner", "Settings"]
@@ -138,7 +138,7 @@ class RunRequest:
     question: str
     documents: Callable[[], list[Document] | Sources]
     """Called in the worker: loading PDFs blocks, and a failure to load becomes the run's error. ``Sources``: the
-    library's search led to these documents and ranked their chunks (``AppLibrary.search``)."""
+    library's search led to these documents and ranked their chunks (``AppDocuments.search``)."""
     settings: Settings
 
 

@@ -26,7 +26,7 @@ from minions.protocols import default_protocol
 from minions.unicode import valid_text
 
 from .config import AppConfig
-from .library import AppLibrary, UnsupportedUploadError, UploadTooLargeError
+from .library import AppDocuments, UnsupportedUploadError, UploadTooLargeError
 from .runs import Runner, Settings
 from .store import Store
 from .warming import Reader
@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 class AppState:
     config: AppConfig
     store: Store
-    library: AppLibrary
+    library: AppDocuments
+    """The app's documents: the SDK's ``Library`` on the app's folder (its ``library``), uploads, folders."""
     runner: Runner
     reader: Reader = field(default_factory=Reader)
     """Documents read ahead of questions (``apps.warming``)."""

@@ -1,5 +1,6 @@
-"""What the app keeps across restarts, in one SQLite file: the document library, the conversations with their
-messages (each answer with its full run record), the settings and the folders kept in sync.
+"""What the app keeps across restarts, in one SQLite file: the conversations with their messages (each answer with
+its full run record), the settings and the folders kept in sync. The documents are the library's
+(``apps.library``); an app folder of the earlier layout kept them here too, in a table read once, to carry them over.
 
 One connection, shared by the server's threads under a lock: the app writes a few rows per question, so a
 pool would buy nothing. Every write commits at once, so a crash loses at most the run in flight.
@@ -25,17 +26,6 @@ __all__ = ["ConversationRecord", "DocumentRecord", "MessageRecord", "MessageStat
 MessageStatus = Literal["ok", "partial", "cancelled", "error"]
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS documents (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL UNIQUE,
-    path TEXT NOT NULL,
-    source TEXT NOT NULL,
-    bytes INTEGER NOT NULL,
-    pages INTEGER NOT NULL,
-    chars INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    added_at REAL NOT NULL
-);
 CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL,
@@ -59,11 +49,14 @@ CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, added_at REAL NOT NUL
 
 @dataclass(frozen=True)
 class DocumentRecord:
+    """A document as the app's API shows it (``apps.library.AppDocuments.records``, from the library's index)."""
+
     id: str
     name: str
     """Unique in the library; what citations and the remote planner call the document."""
     path: str
-    """The file on this machine: a generated name under the library for uploads, the real path for folders."""
+    """The file on this machine (its key in the library): a generated name under the library for uploads, the real
+    path for folders."""
     source: str
     """``upload`` or ``folder``."""
     bytes: int
@@ -127,37 +120,18 @@ class Store:
         with self._lock:
             return list(self._db.execute(sql, args))
 
-    # -- documents ----------------------------------------------------------------------------------------
-    def add_document(
-        self, *, name: str, path: str, source: str, size: int, pages: int, chars: int, sha256: str
-    ) -> DocumentRecord:
-        """Insert a document; ``name`` gets a " (2)" before its suffix when the library already has it."""
-        with self._tx() as db:
-            taken = {r["name"] for r in db.execute("SELECT name FROM documents")}
-            record = DocumentRecord(
-                uuid.uuid4().hex[:12], _unique(name, taken), path, source, size, pages, chars, sha256, time.time()
-            )
-            db.execute("INSERT INTO documents VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tuple(asdict(record).values()))
-        return record
-
-    def documents(self) -> list[DocumentRecord]:
+    # -- the documents of an app folder of the earlier layout ----------------------------------------------------
+    def earlier_documents(self) -> list[DocumentRecord]:
+        """The documents an app folder of the earlier layout kept here (its ``documents`` table), to be carried into
+        the library; none in a store of today's layout."""
+        if not self._all("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'documents'"):
+            return []
         return [DocumentRecord(**dict(r)) for r in self._all("SELECT * FROM documents ORDER BY added_at, name")]
 
-    def document(self, doc_id: str) -> DocumentRecord | None:
-        rows = self._all("SELECT * FROM documents WHERE id = ?", doc_id)
-        return DocumentRecord(**dict(rows[0])) if rows else None
-
-    def find_document(self, *, sha256: str | None = None, path: str | None = None) -> DocumentRecord | None:
-        column, value = ("sha256", sha256) if sha256 is not None else ("path", path)
-        rows = self._all(f"SELECT * FROM documents WHERE {column} = ?", value)
-        return DocumentRecord(**dict(rows[0])) if rows else None
-
-    def remove_document(self, doc_id: str) -> DocumentRecord | None:
-        record = self.document(doc_id)
-        if record is not None:
-            with self._tx() as db:
-                db.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
-        return record
+    def forget_earlier_documents(self) -> None:
+        """Drop the earlier layout's ``documents`` table, once its documents are in the library."""
+        with self._tx() as db:
+            db.execute("DROP TABLE IF EXISTS documents")
 
     # -- folders kept in sync -------------------------------------------------------------------------------
     def folders(self) -> list[str]:
@@ -232,18 +206,6 @@ class Store:
             db.executemany(
                 "INSERT OR REPLACE INTO settings VALUES (?, ?)", [(k, json.dumps(v)) for k, v in values.items()]
             )
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    if name not in taken:
-        return name
-    stem, dot, suffix = name.rpartition(".")
-    if not dot or not stem:
-        stem, suffix = name, ""
-    n = 2
-    while (candidate := f"{stem} ({n}){'.' + suffix if suffix else ''}") in taken:
-        n += 1
-    return candidate
 
 
 def _title(question: str) -> str:

@@ -1,5 +1,5 @@
 """Reading the library ahead of questions: after an upload, the local model computes each chunk's prefix and saves
-it (``protocols.search.warming``), so questions later compute only themselves. The browser shows "reading... 40%",
+it (``protocols.chunk_states``), so questions later compute only themselves. The browser shows "reading... 40%",
 then "ready".
 
 One worker thread reads the documents one after another, a few chunks per call to the model, so a question asked
@@ -19,8 +19,8 @@ from typing import Any
 from minions.backends.base import Backend
 from minions.documents import Document
 from minions.errors import MinionsError
+from minions.protocols.chunk_states import ChunkStateProgress, PrefixSaver, save_chunk_states
 from minions.protocols.options import RunOptions
-from minions.protocols.search.warming import IndexProgress, PrefixSaver, index_documents
 
 __all__ = ["READ_STEP", "Reader", "ReadingStatus"]
 
@@ -96,13 +96,13 @@ class Reader:
         if self.status(doc_id) is None:
             return
 
-        def progress(p: IndexProgress) -> None:
+        def progress(p: ChunkStateProgress) -> None:
             percent = 100 * p.chunks // p.chunks_total if p.chunks_total else 100
             self._set(doc_id, ReadingStatus("ready" if p.finished else "reading", percent))
 
         self._set(doc_id, ReadingStatus("reading"))
         try:
-            index_documents([load()], local, options=options, on_progress=progress, step=READ_STEP)
+            save_chunk_states([load()], local, options=options, on_progress=progress, step=READ_STEP)
         except MinionsError as exc:  # the document or the model: said in the library, questions still work
             log.warning("reading %s ahead failed: %s", doc_id, exc)
             self._set(doc_id, ReadingStatus("failed", error=str(exc)))

@@ -37,12 +37,12 @@ from minions.documents import SUPPORTED_SUFFIXES
 from minions.errors import DocumentError
 from minions.events import Event
 from minions.protocols import PROTOCOLS, InputError, RunOptions, default_protocol, missing_remote, needs_remote
-from minions.protocols.search.library import Sources
+from minions.protocols.library import Sources
 from minions.protocols.search.sent import sent_summary
 
 from . import openai_api
 from .config import AppConfig
-from .library import AppLibrary, UploadTooLargeError
+from .library import AppDocuments, UploadTooLargeError
 from .limits import BodyLimits
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard
@@ -78,7 +78,7 @@ def create_app(
     state = AppState(
         config,
         store,
-        AppLibrary(store, root / "library", max_bytes=config.max_upload_bytes),
+        AppDocuments(store, root / "library", max_bytes=config.max_upload_bytes),
         Runner(Models(local, remote)),
     )
     models = state.runner.models
@@ -178,7 +178,7 @@ async def list_documents(request: Request) -> dict[str, Any]:
     sent = sent_summary(await asyncio.to_thread(state.library.index.sent))  # chunks sent off the device to embed
     by_name = {d["document"]: d for d in sent.pop("per_document")}
     documents = [
-        {**_with_reading(state, d, indexed), "embeddings_sent": by_name.get(d.name)} for d in state.store.documents()
+        {**_with_reading(state, d, indexed), "embeddings_sent": by_name.get(d.name)} for d in state.library.records()
     ]
     return {"documents": documents, "index_bytes": state.library.index.disk_bytes(), "embeddings_sent": sent}
 
@@ -322,12 +322,12 @@ async def ask(conversation_id: str, body: AskBody, request: Request) -> Streamin
 
 
 def _library_documents(state: AppState, ids: list[str] | None, question: str) -> Callable[[], Sources]:
-    """What ``question`` reads of the library (the documents ``ids``, or all): its search (``AppLibrary.search``)."""
+    """What ``question`` reads of the library (the documents ``ids``, or all): its search (``AppDocuments.search``)."""
 
     def load() -> Sources:
         if ids is not None and not ids:
             raise InputError("No documents selected: tick at least one document in the library.")
-        if not state.store.documents():
+        if not state.library.records():
             raise InputError(
                 "No documents: add a document to the library (upload a file or add a folder), then ask again."
             )

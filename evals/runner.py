@@ -30,7 +30,7 @@ from minions.backends.base import Backend
 from minions.backends.registry import resolve
 from minions.errors import BackendError, ModelOutputError
 from minions.protocols import BaseProtocol, RunResult, get_protocol
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 
 from .errors import EvalError
 from .evidence import evidence_scores
@@ -129,7 +129,7 @@ def run_item(
     library: Library | None = None,
 ) -> dict[str, Any]:
     """Run one item and return its results line (never raises for the item's own failures). With ``library``,
-    the item is asked of every document in it (``protocols.search.library.Library.sources`` routes and ranks), not
+    the item is asked of every document in it (``protocols.library.Library.sources`` routes and ranks), not
     of its own documents.
 
     Timings: ``load_s`` reads the documents (a filing's first PDF extraction; with a library, its search),

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         RunResult,
         get_protocol,
     )
-    from minions.protocols.search.library import Library
+    from minions.protocols.library import Library
 
 __version__ = "0.1.0"
 
@@ -70,7 +70,7 @@ _LAZY = {
     "load_document": "minions.documents",
     "load_documents": "minions.documents",
     "Budget": "minions.protocols",
-    "Library": "minions.protocols.search.library",
+    "Library": "minions.protocols.library",
     "LocalOnly": "minions.protocols",
     "Minion": "minions.protocols",
     "Minions": "minions.protocols",

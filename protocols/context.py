@@ -58,7 +58,7 @@ class RunContext:
     reading: dict[str, Any] = field(default_factory=dict)
     """What the local model read: chunks, scored, read, skipped, why (``protocols.evidence.reading``)."""
     ranking: Ranking | None = None
-    """The chunks ranked ahead of the run, by a library's index (``protocols.search.library``); None: the run ranks the
+    """The chunks ranked ahead of the run, by a library's index (``protocols.library``); None: the run ranks the
     documents' chunks itself."""
     choices: Choices | None = None
     """The answers the question allows, where it allows a closed set (``protocols.choices``); None: an open one."""

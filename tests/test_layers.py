@@ -253,3 +253,29 @@ def test_the_runtime_holds_nothing_only_tools_use() -> None:
     runtime = [m for m in modules if m.split(".")[1:2] in (["backends"], ["protocols"])]
     unused = [m for m in runtime if not users[m] and modules[m].name != "__init__.py"]
     assert unused == []
+
+
+ABOVE_SEARCH = (
+    "minions.protocols.factory",
+    "minions.protocols.baselines",
+    "minions.protocols.minion",
+    "minions.protocols.minions_protocol",
+    "minions.protocols.library",
+    "minions.protocols.watch",
+    "minions.protocols.chunk_states",
+    "minions.protocols.evidence",
+)
+"""The protocols' top floor (the factory, the protocols, the ``Library`` that runs them, its folder watch and chunk
+states) and the local reading (``evidence/``): what ``protocols/search/`` sits under."""
+
+
+def test_search_imports_neither_the_protocols_nor_the_reading() -> None:
+    """``protocols/search/`` holds what searches (the index, routing, words, meaning, the ranking): it is used by the
+    reading and the library, and imports neither (not even lazily, nor for type checkers)."""
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "protocols" / "search").rglob("*.py"))
+        for name in sorted(_imports_all(path, _module_name(path)))
+        if name == "minions.protocols" or any(name == a or name.startswith(f"{a}.") for a in ABOVE_SEARCH)
+    ]
+    assert found == []

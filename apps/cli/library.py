@@ -65,7 +65,7 @@ def add_library_option(parser: argparse.ArgumentParser, what: str, *, optional_v
 
 def open_library(args: argparse.Namespace, **options: Any) -> Any:
     from minions.paths import library_dir
-    from minions.protocols.search.library import Library
+    from minions.protocols.library import Library
 
     return Library(args.library or library_dir(), **options)
 
@@ -78,7 +78,7 @@ def add_line(p: Any) -> str:
 
 
 def progress_line(p: Any) -> str:
-    """``name [#####-----] pages 40/160  chunks 120/480  230 tok/s  ETA 3m10s`` of an ``IndexProgress``."""
+    """``name [#####-----] pages 40/160  chunks 120/480  230 tok/s  ETA 3m10s`` of a ``ChunkStateProgress``."""
     filled = BAR * p.chunks // p.chunks_total if p.chunks_total else BAR
     pages = f"pages {p.pages}/{p.pages_total}  " if p.pages_total else ""
     if p.finished or p.eta_s is None:
@@ -172,7 +172,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _watch(library: Any, folders: list[str], on_progress: Callable[[Any], None]) -> int:
     """``minions index --watch``: catch up, then keep the folders in sync until Ctrl-C."""
-    from minions.protocols.search.watch import FolderWatch
+    from minions.protocols.watch import FolderWatch
 
     with library, _ctrl_c() as stopped:
         watch = FolderWatch(library, folders, on_progress=on_progress).start()
@@ -259,8 +259,8 @@ def library_usage() -> dict[str, Any] | None:
     """The default library's disk, in all and per document (its share of the index, by characters); None when
     there is none."""
     from minions.paths import library_dir
+    from minions.protocols.library import INDEX_FILE
     from minions.protocols.search.index import SqliteIndex
-    from minions.protocols.search.library import INDEX_FILE
     from minions.protocols.search.sent import sent_summary
 
     path = library_dir() / INDEX_FILE

@@ -608,6 +608,7 @@ async function start() {
 
   try {
     state.info = await api("GET", "/api/info");
+    $("#doc-upload").accept = state.info.accepted.join(","); // the server's supported files, not a list of our own
     await Promise.all([loadDocs(), loadSettings(), loadConversations()]);
   } catch (err) {
     setStatus($("#library-status"), `Cannot reach the server: ${err.message}`, "error");

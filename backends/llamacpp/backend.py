@@ -175,7 +175,7 @@ class LlamaCppBackend(BaseBackend):
         cancel: CancelToken | None = None,
     ) -> PrefixStats:
         """Compute and save the marked prefixes of ``requests`` without answering them (indexing a document
-        ahead of questions: ``protocols.search.warming``)."""
+        ahead of questions: ``protocols.chunk_states``)."""
         return self._on_llama_thread(
             lambda token: self.engine.save_prefixes(requests, on_progress=on_progress, cancel=token), cancel
         )

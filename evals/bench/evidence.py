@@ -17,7 +17,7 @@ words alone, what the pick would be without the model).
 
 Timings split ranking (by words), the local model's prefill and decode, and the document's load.
 
-With ``library`` (``--library``), every filing of the checkout goes into one library (``protocols.search.library``:
+With ``library`` (``--library``), every filing of the checkout goes into one library (``protocols.library``:
 built in ``library_dir``, or a temporary folder; an index already there is reused and only what changed is read) and
 each question is asked of all of them, FinanceBench's shared-store setting: the lines add ``library`` (the curve
 of the library's ranking: routing to the documents the question names, then their chunks by words), the routed
@@ -74,9 +74,9 @@ from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
 from minions.protocols.evidence.quotes import answer_spans, candidates
 from minions.protocols.evidence.reading import BY_WORDS, chunk_evidence
+from minions.protocols.library import AddReport, Library
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25
-from minions.protocols.search.library import AddReport, Library
 from minions.protocols.search.meaning import MEANING_WEIGHT
 from minions.protocols.search.profiles import describe, knowledge_of
 from minions.protocols.search.rank import search_library

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from minions.backends.scripted import ScriptedBackend
+from minions.documents.files import SUPPORTED_SUFFIXES
 from minions.types import Message, SamplingParams
 
 from ..conftest import BENCHMARK_DATA
@@ -102,6 +103,8 @@ def test_add_a_pdf_ask_see_the_streamed_answer_and_find_it_after_a_reload(
 
 def test_a_question_without_documents_shows_what_to_do(browser: Any, live_server: LiveServer) -> None:
     open_page(browser, live_server.url + "/")
+    accepted = css(browser, "#doc-upload")[0].get_attribute("accept")
+    assert accepted.split(",") == list(SUPPORTED_SUFFIXES)  # the file picker offers what the server reads
     css(browser, "#question")[0].send_keys(QUESTION)
     css(browser, "#ask")[0].click()
     error = wait(browser, lambda d: css(d, '.msg.assistant[data-status="error"]'))[0]

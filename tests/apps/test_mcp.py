@@ -25,7 +25,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.types import TextResourceContents
 
 from minions.apps.mcp_server import page_uri
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 
 from ..conftest import BENCHMARK_DATA
 from .conftest import free_port

@@ -249,7 +249,7 @@ def test_an_unexpected_failure_is_a_500_in_openais_shape(
     def broken() -> list[Any]:
         raise RuntimeError("disk on fire")
 
-    app.state.minions.store.documents = broken
+    app.state.minions.library.records = broken
     with LiveServer(app) as server:
         response = send(server, "POST", "/v1/chat/completions", json={"model": "minions", "messages": [
             {"role": "user", "content": QUESTION}]})  # fmt: skip

@@ -28,7 +28,7 @@ from minions.backends.embeddings import (
 from minions.backends.openai import key_for
 from minions.documents import Document
 from minions.errors import BackendConnectionError, ConfigError, ModelNotFoundError
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 from tests.loopback import EmbeddingsServer, LoopbackServer, send_json, serving
 
 from ..conftest import run_server

@@ -71,7 +71,7 @@ def test_ask_and_cache_show_what_left_to_be_embedded(
 
 
 def test_mcp_ask_says_what_left_to_be_embedded(away: EmbeddingsServer, tmp_path: Path) -> None:
-    from minions.protocols.search.library import Library
+    from minions.protocols.library import Library
 
     with Library(tmp_path / "library", local="scriptedq/any") as library:
         library.add(EXAMPLE)

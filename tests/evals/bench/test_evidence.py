@@ -125,7 +125,7 @@ def test_a_folder_of_ones_own_is_one_library_with_a_curve_per_kind(tmp_path: Pat
     library = EvidenceBenchConfig(dataset="folder", questions=questions, lexical_only=True, library=True,
                                   library_dir=str(tmp_path / "index"))  # fmt: skip
     list(evidence_bench(tmp_path, library))
-    from minions.protocols.search.library import Library
+    from minions.protocols.library import Library
 
     assert sorted(d.name for d in Library(tmp_path / "index", embeddings="none").documents) == [
         "fee.txt", "noise.txt", "shorten.1.txt"

@@ -13,9 +13,9 @@ from minions.backends.embeddings import OnnxEmbedder, SentenceTransformersEmbedd
 from minions.chunking import Chunk
 from minions.documents import Document
 from minions.errors import ConfigError
+from minions.protocols.library import Library
 from minions.protocols.search import vectors
 from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import Library
 from minions.protocols.search.meaning import (
     EmbedProgress,
     VectorCache,
@@ -87,9 +87,8 @@ def test_a_chunk_whose_one_sentence_says_it_rises_past_one_that_says_it_vaguely(
     again = by_sentence(ranked, asked, embedder, cache, depth=3)
     assert [r.chunk.index for r in again] == [3, 0, 1, 2]
     assert again[-1] == ranked[-1]  # past the depth: as it was
-    assert by_sentence(ranked, asked, embedder, cache, depth=3, weight=0.0) == [  # no weight: the order stands
-        Ranked(r.chunk, s) for r, s in zip(ranked[:3], (1.0, 0.8, 0.0), strict=True)
-    ] + ranked[3:]
+    unweighed = by_sentence(ranked, asked, embedder, cache, depth=3, weight=0.0)  # the order stands, scores scaled
+    assert unweighed == [Ranked(r.chunk, s) for r, s in zip(ranked, (1.0, 0.8, 0.0), strict=False)] + ranked[3:]
     embedded = sum(embedder.calls)
     by_sentence(ranked, asked, embedder, cache, depth=3)
     assert sum(embedder.calls) == embedded  # every sentence came from the cache

@@ -14,7 +14,7 @@ from minions.backends.address import elsewhere
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
 from minions.errors import ConfigError
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 from minions.protocols.search.sent import sent_summary
 from tests.loopback import EmbeddingsServer, serving
 

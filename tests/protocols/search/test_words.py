@@ -9,7 +9,7 @@ import pytest
 from minions.chunking import Chunk
 from minions.documents import Document
 from minions.errors import ConfigError
-from minions.protocols.search.library import Library
+from minions.protocols.library import Library
 from minions.protocols.search.profiles import GENERAL, Glossary, describe, is_filing, knowledge_of
 from minions.protocols.search.ranking import lexical_rank
 from minions.protocols.search.routing import profile, route

@@ -9,11 +9,14 @@ Adding a file reads its text once (``minions.documents``), cuts it into chunks a
 the file's path and checked by its content's hash: a file added again unchanged costs a hash, a changed one is
 replaced, ``refresh`` re-reads what changed and drops what is gone. A file that cannot be read is listed with
 its reason and the others go on. The local model is not needed for any of it: its chunk states are saved when a
-question reads a chunk (``warm=True`` computes them all ahead, ``protocols.search.warming``).
+question reads a chunk (``warm=True`` computes them all ahead, ``protocols.chunk_states``).
 
 A question is ranked in one place, ``protocols.search.rank`` (route, words, meaning, repeats: a route is evidence,
 not a wall, so a wrong one costs places, not the answer); the protocol reads the best (``RunOptions.read_chunks``)
 and ``RunResult.reading["library"]`` says which documents were considered and why.
+
+The library sits on the protocols' top floor, above ``search/`` (what searches) and the protocols it runs
+(``factory``); ``watch`` keeps folders in sync with it, ``chunk_states`` computes its chunks' states ahead.
 """
 
 from __future__ import annotations
@@ -36,28 +39,25 @@ from minions.documents import Document, load_document
 from minions.documents.files import contained, linked_folders, read_contained, sha256_file, walk
 from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
-from ..factory import get_protocol
-from ..options import RunOptions, default_protocol
-from ..result import EgressRecord, RunResult
-from .index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
-from .meaning import EmbedProgress, embed_missing
-from .profiles import Glossary
-from .rank import RANK_DEPTH, LibrarySearch, search_library
-from .ranking import Ranking
-from .routing import profile
-from .sent import question_egress, with_egress
-from .warming import IndexProgress, PrefixSaver, index_documents
+from .chunk_states import ChunkStateProgress, PrefixSaver, save_chunk_states
+from .factory import get_protocol
+from .options import RunOptions, default_protocol
+from .result import EgressRecord, RunResult
+from .search.index import ChunkIndex, IndexedDocument, Outdated, SqliteIndex
+from .search.meaning import EmbedProgress, embed_missing
+from .search.profiles import Glossary
+from .search.rank import RANK_DEPTH, LibrarySearch, search_library
+from .search.ranking import Ranking
+from .search.routing import profile
+from .search.sent import question_egress, with_egress
 
 __all__ = [
     "GLOSSARY_FILE",
     "INDEX_FILE",
-    "RANK_DEPTH",
     "AddProgress",
     "AddReport",
     "Library",
-    "LibrarySearch",
     "Sources",
-    "search_library",
 ]
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 INDEX_FILE = "library.sqlite"
 """The index's file name inside a library folder."""
 GLOSSARY_FILE = "glossary.json"
-"""A user's glossary beside the index (``profiles.Glossary.load``): read when the library is opened."""
+"""A user's glossary beside the index (``search.profiles.Glossary.load``): read when the library is opened."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +169,8 @@ def _skip_outside(link: Path, roots: list[Path], report: AddReport) -> None:
 class Library:
     """Documents in an index on disk (``path``: a folder or a ``.sqlite`` file; None: kept in memory), asked
     about together. ``local``/``remote``/``protocol``/``options`` are those of the protocols; the models load at
-    the first question, not before."""
+    the first question, not before. ``max_file_bytes``: a larger file is skipped, with the reason (a server's
+    limit; None: any size)."""
 
     def __init__(
         self,
@@ -182,8 +183,13 @@ class Library:
         embeddings: str | Embedder | None = None,
         allow_egress: bool = False,
         glossary: str | os.PathLike[str] | Mapping[str, str] | Glossary | None = None,
+        max_file_bytes: int | None = None,
         **options: Any,
     ) -> None:
+        self.max_file_bytes = max_file_bytes
+        self._naming = threading.Lock()
+        """Held while a document is named and stored: two threads (a server's requests, a folder watch) adding at
+        once never give two documents one name."""
         self.index = index if index is not None else SqliteIndex(_index_path(path))
         beside = Path(self.index.path).parent / GLOSSARY_FILE if self.index.path != ":memory:" else None
         self.glossary = Glossary.load(glossary if glossary is not None or beside is None or not beside.is_file()
@@ -238,7 +244,7 @@ class Library:
         *paths: str | os.PathLike[str] | Document,
         on_progress: Callable[[AddProgress], None] | None = None,
         warm: bool = False,
-        on_warm: Callable[[IndexProgress], None] | None = None,
+        on_warm: Callable[[ChunkStateProgress], None] | None = None,
         embed: bool = True,
         on_embed: Callable[[EmbedProgress], None] | None = None,
         within: Sequence[str | os.PathLike[str]] | None = None,
@@ -323,29 +329,28 @@ class Library:
             found = self.index.find(key)
             if found is not None and found.sha256 == digest:
                 return None
-            return self._store(doc, key, digest, len(data))
+            return self.put(doc, key=key, sha256=digest, size=len(data))
         key = str(item.resolve() if roots is None else contained(item, roots))
+        if self.max_file_bytes is not None and Path(key).stat().st_size > self.max_file_bytes:
+            raise DocumentError(f"{item} is larger than {self.max_file_bytes / 1024 / 1024:g} MB", path=str(item))
         digest = sha256_file(item) if roots is None else hashlib.sha256(read_contained(item, roots)).hexdigest()
         found = self.index.find(key)
         if found is not None and found.sha256 == digest:
             return None
         doc = load_document(item, within=roots)
-        return self._store(doc, key, digest, item.stat().st_size, replacing=found)
-
-    def _store(
-        self, doc: Document, key: str, digest: str, size: int, replacing: IndexedDocument | None = None
-    ) -> IndexedDocument:
-        name = self._free_name(doc.name, replacing)
-        named = doc if name == doc.name else replace(doc, name=name)
-        return self.put(named, key=key, sha256=digest, size=size)
+        return self.put(doc, key=key, sha256=digest, size=item.stat().st_size)
 
     def put(self, doc: Document, *, key: str, sha256: str, size: int) -> IndexedDocument:
-        """Chunk ``doc`` as the protocols do, profile it for routing, and index it under its name and ``key`` (one
-        transaction; what either held before is replaced). ``add`` keys a file by its path; the app keys its
-        documents by its own ids."""
-        o = self.options
-        chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        return self.index.add(doc, chunks, key=key, sha256=sha256, size=size, profile=profile(doc, len(chunks)))
+        """Chunk ``doc`` as the protocols do, profile it for routing, and index it under ``key`` (one transaction;
+        what ``key`` held before is replaced), named ``doc.name``, or ``stem (2).suffix`` ... where another document
+        of the library has that name. ``add`` keys a file by its path; the app's uploads are keyed by their stored
+        copy's path, under the name they were uploaded with."""
+        with self._naming:
+            name = self._free_name(doc.name, self.index.find(key))
+            named = doc if name == doc.name else replace(doc, name=name)
+            o = self.options
+            chunks = chunk_documents([named], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
+            return self.index.add(named, chunks, key=key, sha256=sha256, size=size, profile=profile(named, len(chunks)))
 
     def _free_name(self, name: str, replacing: IndexedDocument | None) -> str:
         """``name``, or ``stem (2).suffix`` ... when another file of the library has it."""
@@ -435,15 +440,15 @@ class Library:
         return with_egress(self.protocol.run(question, found.documents, ranking=found.ranking, **kwargs), found.egress)
 
     def warm(
-        self, names: Sequence[str] | None = None, on_progress: Callable[[IndexProgress], None] | None = None
-    ) -> list[IndexProgress]:
+        self, names: Sequence[str] | None = None, on_progress: Callable[[ChunkStateProgress], None] | None = None
+    ) -> list[ChunkStateProgress]:
         """Compute and save the chunk states of ``names`` (all documents) on the local model, ahead of questions
         (minutes a 10-K on 2 cores, ~9 MB a chunk): what a question reads is saved anyway."""
         local: Backend = self.protocol.local
         if not isinstance(local, PrefixSaver):
             raise ConfigError(f"{local.name} keeps no chunk states: warming needs the embedded model.")
         docs = [self.document(n) for n in (names or [d.name for d in self.documents])]
-        return index_documents(docs, local, options=self.options, on_progress=on_progress)
+        return save_chunk_states(docs, local, options=self.options, on_progress=on_progress)
 
     def close(self) -> None:
         self.index.close()

@@ -12,7 +12,7 @@ from minions.apps.cli.main import main
 
 pytestmark = pytest.mark.slow
 
-DEMO = Path(__file__).resolve().parents[3] / "examples" / "northwind-annual-report-2025.md"
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "northwind-annual-report-2025.md"
 OTHER = (
     "# Harbor Logistics annual report 2025\n\nHarbor Logistics moved 1.2 million containers in 2025. "
     "Its revenue was $118 million, up 4 percent.\n\nThe company opened two warehouses in Rotterdam.\n"

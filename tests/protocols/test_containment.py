@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from minions.apps.cli.main import main
-from minions.protocols.search.library import Library
-from minions.protocols.search.watch import FolderWatch
+from minions.protocols.library import Library
+from minions.protocols.watch import FolderWatch
 
 from .test_watch import found_in, report, wait_for
 

@@ -3,9 +3,10 @@ question later computes only itself (``backends.llamacpp.prefixes``).
 
 The chunks are cut as the local reading cuts them (``RunOptions``: ``chunk_by``, ``chunk_size``, ``overlap``) and
 the prefixes are built by the jobs' own ``job_request``, so what is saved is what the jobs restore. Only a
-backend that keeps prompt prefixes (the embedded llama.cpp model) can index; any other raises ``ConfigError``.
+backend that keeps prompt prefixes (the embedded llama.cpp model) can save them; any other raises ``ConfigError``.
+This builds no index (the library's text index is ``protocols.search.index``): it computes chunk states ahead.
 
-The library (``protocols.search.library``) saves a chunk's state when a question reads it; this computes them all
+The library (``protocols.library``) saves a chunk's state when a question reads it; this computes them all
 ahead, for ``minions index --warm`` and ``Library.warm``.
 """
 
@@ -24,13 +25,13 @@ from minions.errors import ConfigError
 from minions.events import CancelToken
 from minions.types import ChatRequest, SamplingParams
 
-from ..evidence.jobs import job_request
-from ..options import RunOptions
+from .evidence.jobs import job_request
+from .options import RunOptions
 
-__all__ = ["IndexProgress", "PrefixSaver", "index_documents", "index_requests"]
+__all__ = ["ChunkStateProgress", "PrefixSaver", "chunk_state_requests", "save_chunk_states"]
 
 PLACEHOLDER = "?"
-"""The question of an indexing request: the saved prefix ends before the question, so any question will do."""
+"""The question of a chunk-state request: the saved prefix ends before the question, so any question will do."""
 
 
 @runtime_checkable
@@ -47,8 +48,9 @@ class PrefixSaver(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class IndexProgress:
-    """Where indexing stands: after each chunk, and once more at the end of each document (``finished``)."""
+class ChunkStateProgress:
+    """Where computing the chunk states stands: after each chunk, and once more at the end of each document
+    (``finished``)."""
 
     document: str
     pages: int
@@ -64,48 +66,48 @@ class IndexProgress:
     finished: bool = False
 
 
-def index_requests(chunks: Sequence[Chunk]) -> list[ChatRequest]:
-    """One request per chunk, as the local jobs build them: what indexing computes is what they restore."""
+def chunk_state_requests(chunks: Sequence[Chunk]) -> list[ChatRequest]:
+    """One request per chunk, as the local jobs build them: what is computed here is what they restore."""
     return [job_request(PLACEHOLDER, chunk, SamplingParams(max_tokens=1)) for chunk in chunks]
 
 
-def index_documents(
+def save_chunk_states(
     documents: Sequence[Document],
     local: Backend | str | None = None,
     *,
     options: RunOptions | None = None,
-    on_progress: Callable[[IndexProgress], None] | None = None,
+    on_progress: Callable[[ChunkStateProgress], None] | None = None,
     cancel: CancelToken | None = None,
     step: int | None = None,
-) -> list[IndexProgress]:
-    """Compute and save every chunk prefix of ``documents`` that is not saved yet; one final ``IndexProgress``
+) -> list[ChunkStateProgress]:
+    """Compute and save every chunk prefix of ``documents`` that is not saved yet; one final ``ChunkStateProgress``
     per document. ``step``: chunks per call to the backend (between calls, questions get the model: the app
-    indexes in steps of a few chunks); None: a document per call."""
+    reads ahead in steps of a few chunks); None: a document per call."""
     backend = resolve(local or default_local()) if not isinstance(local, Backend) else local
     if not isinstance(backend, PrefixSaver):
         raise ConfigError(
-            f"{backend.name} keeps no prompt prefixes: indexing needs the embedded model (--local llamacpp/default "
-            "or a llamacpp/<file.gguf>)."
+            f"{backend.name} keeps no prompt prefixes: saving chunk states needs the embedded model "
+            "(--local llamacpp/default or a llamacpp/<file.gguf>)."
         )
     o = options or RunOptions()
     done = []
     for doc in documents:
         chunks = chunk_documents([doc], by=o.chunk_by, size=o.chunk_size, overlap=o.overlap)
-        done.append(_index_one(backend, doc, chunks, on_progress, cancel, step or len(chunks) or 1))
+        done.append(_save_one(backend, doc, chunks, on_progress, cancel, step or len(chunks) or 1))
     return done
 
 
-def _index_one(
+def _save_one(
     backend: PrefixSaver,
     doc: Document,
     chunks: Sequence[Chunk],
-    on_progress: Callable[[IndexProgress], None] | None,
+    on_progress: Callable[[ChunkStateProgress], None] | None,
     cancel: CancelToken | None,
     step: int,
-) -> IndexProgress:
+) -> ChunkStateProgress:
     pages_total = len(doc.pages)
     start = time.perf_counter()
-    state = IndexProgress(doc.name, 0, pages_total, 0, len(chunks), 0, 0.0, None)
+    state = ChunkStateProgress(doc.name, 0, pages_total, 0, len(chunks), 0, 0.0, None)
     base_done = base_tokens = 0  # of the calls before this one
 
     def report(stats: Any) -> None:
@@ -115,7 +117,7 @@ def _index_one(
         elapsed = time.perf_counter() - start
         rate = tokens / elapsed if elapsed > 0 else 0.0
         eta = elapsed / n * (len(chunks) - n) if n and tokens else None
-        state = IndexProgress(doc.name, pages, pages_total, n, len(chunks), tokens, rate, eta)
+        state = ChunkStateProgress(doc.name, pages, pages_total, n, len(chunks), tokens, rate, eta)
         if on_progress is not None:
             on_progress(state)
 
@@ -123,9 +125,9 @@ def _index_one(
         if cancel is not None and cancel.cancelled:
             return state
         part = chunks[first : first + step]
-        stats = backend.save_prefixes(index_requests(part), on_progress=report, cancel=cancel)
+        stats = backend.save_prefixes(chunk_state_requests(part), on_progress=report, cancel=cancel)
         base_done, base_tokens = base_done + len(part), base_tokens + int(stats.computed_tokens)
-    final = IndexProgress(
+    final = ChunkStateProgress(
         doc.name, pages_total, pages_total, len(chunks), len(chunks), state.tokens, state.tokens_per_s, 0.0, True
     )
     if on_progress is not None:

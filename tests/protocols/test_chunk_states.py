@@ -1,5 +1,5 @@
 """Indexing ahead of questions: the chunk prefixes the local jobs will restore, computed and saved by
-``index_documents``/``Library`` (real model), and the CLI's ``index`` and ``cache`` commands."""
+``save_chunk_states``/``Library`` (real model), and the CLI's ``index`` and ``cache`` commands."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from minions.backends.llamacpp.kvstore import KVStore
 from minions.backends.scripted import ScriptedBackend
 from minions.documents import Document
 from minions.errors import ConfigError
+from minions.protocols.chunk_states import ChunkStateProgress, save_chunk_states
+from minions.protocols.library import Library
 from minions.protocols.options import RunOptions
-from minions.protocols.search.library import Library
-from minions.protocols.search.warming import IndexProgress, index_documents
 
 SENTENCES = [
     "Net sales in 2018 were $32.8 billion, up 3.5 percent from 2017.",
@@ -41,11 +41,11 @@ def backend(kv: Path) -> LlamaCppBackend:
 
 def test_a_backend_without_prefixes_cannot_index() -> None:
     with pytest.raises(ConfigError, match="embedded model"):
-        index_documents([DOC], ScriptedBackend())
+        save_chunk_states([DOC], ScriptedBackend())
 
 
 def test_the_progress_line_says_pages_chunks_rate_and_eta() -> None:
-    line = progress_line(IndexProgress("10k.pdf", 40, 160, 120, 480, 9000, 231.4, 190.0))
+    line = progress_line(ChunkStateProgress("10k.pdf", 40, 160, 120, 480, 9000, 231.4, 190.0))
     assert "pages 40/160" in line and "chunks 120/480" in line and "231 tok/s" in line and "ETA 3m10s" in line
     assert "[######" in line and line.count("#") == 6
 
@@ -53,10 +53,10 @@ def test_the_progress_line_says_pages_chunks_rate_and_eta() -> None:
 @pytest.mark.slow
 def test_indexed_chunks_are_restored_by_the_questions(tmp_path: Path) -> None:
     local = backend(tmp_path)
-    seen: list[IndexProgress] = []
+    seen: list[ChunkStateProgress] = []
     try:
-        (done,) = index_documents([DOC], local, options=OPTIONS, on_progress=seen.append)
-        again = index_documents([DOC], local, options=OPTIONS)[0]
+        (done,) = save_chunk_states([DOC], local, options=OPTIONS, on_progress=seen.append)
+        again = save_chunk_states([DOC], local, options=OPTIONS)[0]
     finally:
         local.close()
     assert done.finished and done.chunks == done.chunks_total >= 3 and done.tokens > 100

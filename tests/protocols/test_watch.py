@@ -1,4 +1,4 @@
-"""Folders that stay in sync (``protocols.search.watch``): real files in a real folder, changed while the operating
+"""Folders that stay in sync (``protocols.watch``): real files in a real folder, changed while the operating
 system's watcher (``watchfiles``) follows them, each change seen in ``Library.search`` within a deadline."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from minions.apps.cli.main import main
 from minions.errors import DocumentNotFoundError
-from minions.protocols.search.library import AddProgress, Library
-from minions.protocols.search.watch import FolderWatch
+from minions.protocols.library import AddProgress, Library
+from minions.protocols.watch import FolderWatch
 
 DEADLINE_S = 10.0
 """The issue's promise: a change is in the index within 10 s."""

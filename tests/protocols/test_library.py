@@ -13,8 +13,8 @@ from minions.backends.scripted import ScriptedBackend
 from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document, Page
 from minions.errors import ConfigError
+from minions.protocols.library import INDEX_FILE, Library
 from minions.protocols.search.index import SqliteIndex
-from minions.protocols.search.library import INDEX_FILE, Library
 from minions.protocols.search.rank import _route_doubted, search_library
 from minions.protocols.search.ranking import Ranked, lexical_rank
 from minions.protocols.search.routing import (
@@ -29,7 +29,7 @@ from minions.protocols.search.routing import (
 )
 from minions.protocols.search.words import tokenize
 
-from ..helpers import quote_reply
+from .helpers import quote_reply
 
 
 def cover(company: str, form: str, ended: str, body: str) -> str:
@@ -518,7 +518,7 @@ def test_a_route_meaning_doubts_gives_way_to_every_document(tmp_path: Path, monk
     meaning, the closest chunks lie elsewhere, the route gives way, and the other's chunk ranks first."""
     from minions.protocols.search import routing
 
-    from .test_meaning import KeywordEmbedder
+    from .search.test_meaning import KeywordEmbedder
 
     monkeypatch.setattr(routing, "COVER_CHARS", 40)  # a cover is the title line here
     names = ["Harbor Logistics", "Northwind Solar", "Borealis Mining", "Cascade Foods", "Delta Freight", "Evergreen",
