@@ -43,10 +43,11 @@ import numpy.typing as npt
 
 from minions.errors import BackendError, ConfigError, ContextLengthError
 from minions.events import CancelToken
+from minions.steps import drain
 from minions.types import ChatRequest, ChatResult, Message
 
 from ..settings import cpu_threads
-from ..speculation.depth import CostTable, drain
+from ..speculation.depth import CostTable
 from ..speculation.drafters import Drafter
 from ..speculation.speculator import K_MAX, NullSpeculator, Speculator, default_drafters
 from .cost_table import (
