@@ -9,7 +9,8 @@ as ratios against a baseline run in the same process.
 - ``tree``: plain, chain and tree speculation in the PyTorch backend;
 - ``fleet``: the same local jobs on one server and on a fleet;
 - ``pdf``: pages a second ``load_document`` reads a second, against pypdf;
-- ``embed``: the library's meaning vectors by each way this machine runs the embedding model.
+- ``embed``: the library's meaning vectors by each way this machine runs the embedding model;
+- ``options``: a config field that is a ``minions bench`` option (``option``): the CLI derives the option from it.
 
 ``written/``: question sets written once and frozen, that ``evidence --questions FILE`` asks (its README says how
 they were made and which are held out).
