@@ -2,7 +2,9 @@
 
 - ``base``: the interface (``chat``, ``achat``, ``batch``), declared ``Capabilities`` and the shared base class;
 - ``registry``: ``"provider/model"`` strings resolved to backends (``resolve``), the one place providers are spelled;
-- ``openai``: any OpenAI-compatible chat endpoint through the ``openai`` SDK; providers are configuration;
+- ``openai``: any OpenAI-compatible chat endpoint through the ``openai`` SDK: providers (configuration), the chat
+  semantics (capabilities, the schema's form); ``openai_transport``: the way there (clients, time, retries,
+  requests in flight, errors translated);
 - ``fleet``: one model on several OpenAI-compatible servers, a batch's jobs spread over them;
 - ``ollama``: a model an Ollama server serves;
 - ``wire``: what comes back over the wire, checked before anything reads it;
