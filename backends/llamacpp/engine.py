@@ -63,7 +63,7 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, OnResult, OnToken, RunSettings, Scheduler
+from .scheduler import BatchStats, OnResult, OnToken, RunCaller, RunSettings, Scheduler
 from .sequence import EngineSequence
 from .slots import Lane
 
@@ -244,12 +244,8 @@ class Engine:
             self.grammars,
             self.name,
             self.lane,
-            on_token,
-            on_result,
-            cancel,
-            trace_tokens,
+            RunCaller(on_token, on_result, cancel, trace_tokens, max_active),
             speculator=speculator,
-            max_active=max_active,
             prefixes=self.prefixes,
         )
         try:
