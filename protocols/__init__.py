@@ -8,9 +8,10 @@ Every protocol has the same ``run(task, documents) -> RunResult``; every remote 
 """
 
 from .base import BaseProtocol
-from .baselines import RAG, LocalOnly, RemoteOnly
+from .baselines import RAG, RemoteOnly
 from .channel import LocalEgress, Meter, RemoteChannel, remote_leaves_device
 from .factory import PROTOCOLS, get_protocol
+from .local import LocalOnly
 from .minion import Minion
 from .minions_protocol import Minions
 from .options import AnswerMode, Budget, InputError, RunOptions, default_protocol, missing_remote, needs_remote

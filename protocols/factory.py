@@ -7,7 +7,8 @@ from typing import Any
 from minions.backends.base import Backend
 
 from .base import BaseProtocol
-from .baselines import RAG, LocalOnly, RemoteOnly
+from .baselines import RAG, RemoteOnly
+from .local import LocalOnly
 from .minion import Minion
 from .minions_protocol import Minions
 from .options import InputError

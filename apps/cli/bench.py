@@ -1,11 +1,14 @@
 """``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache``: each benchmark (``evals.bench``) as a
-command that prints one JSON line per setting."""
+command that prints one JSON line per setting.
+
+A benchmark's options are its config's fields (``evals.bench.options.option``): ``add_config_options`` makes them,
+``config_from`` reads them back; a parser here adds only what is not the config's (``--data``, what to print)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from minions.errors import MinionsError
@@ -31,7 +34,7 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
     from minions.evals.bench.cost import production_jobs
     from minions.evals.bench.engine import BenchConfig, engine_bench
 
-    config = _given(BenchConfig(), args, ("document", "chunks", "max_tokens", "max_seqs", "order", "baseline"))
+    config = config_from(BenchConfig, args)
     # the jobs production sends; the prompt-order experiment (instruction first) has its own prompt
     make_jobs = production_jobs if config.order == "chunk-first" else None
     print(json.dumps(engine_bench(args.data, config, make_jobs)))
@@ -41,17 +44,11 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
 def _add_bench_engine_parser(kinds: Any) -> None:
     from minions.evals.bench.engine import BenchConfig
 
-    d = BenchConfig()
     engine = kinds.add_parser(
         "engine", help="local jobs one at a time vs batched (shared prefixes, constrained JSON), same model"
     )
     _add_data_option(engine, "FinanceBench checkout or its pdfs/ folder")
-    engine.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
-    engine.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
-    engine.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
-    engine.add_argument("--max-seqs", type=int, help=f"jobs decoded together (default {d.max_seqs})")
-    engine.add_argument("--order", choices=("chunk-first", "instruction-first"), help=f"default {d.order}")
-    engine.add_argument("--baseline", choices=("highlevel", "engine"), help=f"default {d.baseline}")
+    add_config_options(engine, BenchConfig)
     engine.set_defaults(func=cmd_bench_engine)
 
 
@@ -60,25 +57,7 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 
     from minions.evals.bench.speculative import SpecBenchConfig, speculative_bench
 
-    names = (
-        "model",
-        "document",
-        "chunks",
-        "max_tokens",
-        "n_threads",
-        "k_max",
-        "depth",
-        "repeats",
-        "background_load",
-        "noise",
-        "turn",
-        "draft",
-    )
-    config = _given(SpecBenchConfig(), args, names)
-    if args.batches:
-        config = replace(config, batches=tuple(args.batches))
-    if args.settings:
-        config = replace(config, settings=tuple(args.settings))
+    config = config_from(SpecBenchConfig, args)
     if "written" in config.settings:
         from minions.protocols.evidence.written import excerpt_messages
 
@@ -93,97 +72,33 @@ def cmd_bench_speculative(args: argparse.Namespace) -> int:
 def _add_bench_speculative_parser(kinds: Any) -> None:
     from minions.evals.bench.speculative import SpecBenchConfig
 
-    d = SpecBenchConfig()
     spec = kinds.add_parser("speculative", help="plain vs speculative decoding (extraction and free-form jobs)")
     _add_data_option(spec, "FinanceBench checkout or its pdfs/ folder")
-    spec.add_argument("--model", help="GGUF file to measure, a hybrid one too (default: the shipped SmolLM2)")
-    _add_pair_options(
-        spec,
-        "measure a draft model's pair: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF; "
+    spec.add_argument(
+        "--target",
+        metavar="deep|PATH",
+        help="measure a draft model's pair: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF; "
         "first its tok/s beside the draft's, its T(k)/T(1) and the pair's agreement",
-        "a draft model (same vocabulary; with --target: SmolLM2)",
     )
-    spec.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
-    spec.add_argument("--chunks", type=int, help=f"excerpts (default {d.chunks})")
-    spec.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
-    spec.add_argument("--batches", type=int, nargs="+", help=f"batch sizes (default {' '.join(map(str, d.batches))})")
-    spec.add_argument(
-        "--settings",
-        nargs="+",
-        choices=("extraction", "freeform", "written"),
-        help="jobs to decode: JSON extraction, free-form prose, or the written answer from quotes (where prompt "
-        f"lookup and a draft model pay) (default {' '.join(d.settings)})",
-    )
-    spec.add_argument("--n-threads", type=int, help="CPU threads (default: all cores)")
-    spec.add_argument("--k-max", type=int, help=f"longest draft (default {d.k_max})")
-    spec.add_argument(
-        "--depth", type=int, help="draft this many tokens at every speculative step, speed gate off (default: adaptive)"
-    )
-    spec.add_argument("--repeats", type=int, help=f"plain/speculative pairs per setting (default {d.repeats})")
-    spec.add_argument(
-        "--background-load", type=int, help="busy processes, one core each, kept running while it measures (default 0)"
-    )
-    spec.add_argument(
-        "--noise",
-        action="store_true",
-        default=None,
-        help="a second plain run in every pair: plain against plain (the noise), speedups over both plain runs",
-    )
-    spec.add_argument(
-        "--turn",
-        type=float,
-        help=f"seconds each run of a pair holds the cores before the other's turn; 0: one after another "
-        f"(default {d.turn})",
-    )
+    add_config_options(spec, SpecBenchConfig)
     spec.set_defaults(func=cmd_bench_speculative)
 
 
 def cmd_bench_tree(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from minions.evals.bench.tree import TreeBenchConfig, tree_bench
 
-    config = _given(TreeBenchConfig(), args, ("document", "chunks", "max_tokens", "repeats", "n_threads", "target"))
-    if args.draft:
-        config = replace(config, draft_model=args.draft)
-    if args.no_llamacpp:
-        config = replace(config, llamacpp=False)
-    if args.no_draft:
-        config = replace(config, draft=False)
-    if args.no_batched:
-        config = replace(config, batched=False)
-    return _print_lines(tree_bench(args.data, config))
+    return _print_lines(tree_bench(args.data, config_from(TreeBenchConfig, args)))
 
 
 def _add_bench_tree_parser(kinds: Any) -> None:
     from minions.evals.bench.tree import TreeBenchConfig
 
-    d = TreeBenchConfig()
     tree = kinds.add_parser(
         "tree", help="PyTorch backend: plain vs chain vs token-tree speculation, drafted from the text or a model"
     )
     _add_data_option(tree, "FinanceBench checkout or its pdfs/ folder")
-    tree.add_argument("--document", help=f"PDF in the data folder (default {d.document})")
-    tree.add_argument("--chunks", type=int, help=f"excerpts, {d.jobs_per_chunk} jobs each (default {d.chunks})")
-    tree.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
-    tree.add_argument("--repeats", type=int, help=f"runs of every mode in turn (default {d.repeats})")
-    tree.add_argument("--n-threads", type=int, help="torch CPU threads (default: all cores)")
-    tree.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp's plain decode beside it")
-    tree.add_argument("--no-draft", action="store_true", help="skip the draft model's chain and tree")
-    tree.add_argument("--no-batched", action="store_true", help="skip decoding the jobs together")
-    _add_pair_options(
-        tree,
-        "the model to measure: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF "
-        "(default: the shipped SmolLM2)",
-        "with --target: the draft model's GGUF (default: SmolLM2)",
-    )
+    add_config_options(tree, TreeBenchConfig)
     tree.set_defaults(func=cmd_bench_tree)
-
-
-def _add_pair_options(parser: Any, target_help: str, draft_help: str) -> None:
-    """``--target deep|PATH`` and ``--draft PATH``: a speculation bench's target and draft model."""
-    parser.add_argument("--target", metavar="deep|PATH", help=target_help)
-    parser.add_argument("--draft", metavar="PATH", help=draft_help)
 
 
 def cmd_bench_pdf(args: argparse.Namespace) -> int:
@@ -204,23 +119,7 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
     from minions.backends.registry import default_local
     from minions.evals.bench.evidence import EvidenceBenchConfig, evidence_bench
 
-    config = EvidenceBenchConfig(
-        limit=args.limit,
-        read_chunks=args.read_chunks,
-        score_sentences=not args.no_scores,
-        local=args.local or default_local(),
-        ids=tuple(args.id or ()),
-        dataset=args.dataset,
-        lexical_only=args.lexical_only,
-        library=args.library,
-        library_dir=args.library_dir,
-        compare_local=args.compare_local,
-        meaning=args.meaning,
-        meaning_weights=tuple(args.meaning_weight or EvidenceBenchConfig.meaning_weights),
-        embeddings=args.embeddings or EvidenceBenchConfig.embeddings,
-        questions=args.questions,
-        half=args.half,
-    )
+    config = config_from(EvidenceBenchConfig, args, local=args.local or default_local())
     for line in evidence_bench(args.data, config):
         if args.items or line.get("summary"):
             print(json.dumps(line), flush=True)
@@ -229,48 +128,11 @@ def cmd_bench_evidence(args: argparse.Namespace) -> int:
 
 def _add_bench_evidence_parser(kinds: Any) -> None:
     from minions.evals.bench.evidence import EvidenceBenchConfig
-    from minions.evals.items import HALVES
 
-    d = EvidenceBenchConfig()
     ev = kinds.add_parser("evidence", help="page recall of the local side on FinanceBench's gold evidence")
     _add_data_option(ev, "a FinanceBench checkout, or --dataset's files")
-    ev.add_argument(
-        "--dataset", default=d.dataset, help="another benchmark with gold evidence, e.g. bamboo-paperqa (no pages)"
-    )
-    ev.add_argument("--limit", type=int, default=d.limit, help="the first N questions with gold evidence")
-    ev.add_argument(
-        "--questions",
-        metavar="FILE",
-        help="questions of your own over the set's documents, instead of its own (frozen ones: evals/bench/written/)",
-    )
-    ev.add_argument(
-        "--half", choices=HALVES, help="only this fixed half of the questions (by a hash of each id): tune on one"
-    )
-    ev.add_argument("--id", action="append", help="only this question (repeatable)")
-    ev.add_argument("--read-chunks", type=int, default=d.read_chunks, help="chunks the local model reads")
-    ev.add_argument("--no-scores", action="store_true", help="jobs pick a sentence through a schema, not by scores")
-    ev.add_argument("--local", help="the local model (default: MINIONS_LOCAL or llamacpp/default)")
-    ev.add_argument(
-        "--compare-local", metavar="M", help="a second local model on the same chunks: its recall, same quotes"
-    )
-    ev.add_argument("--lexical-only", action="store_true", help="no model: the BM25 baselines and word ranking")
+    add_config_options(ev, EvidenceBenchConfig)
     ev.add_argument("--items", action="store_true", help="print one line per question before the summary")
-    ev.add_argument(
-        "--library", action="store_true", help="also ask every question of all the set's documents in one library"
-    )
-    ev.add_argument("--library-dir", help="where that library is built or reused (default: a temporary folder)")
-    ev.add_argument(
-        "--meaning",
-        action="store_true",
-        help="with --library: embed the chunks; words, meaning and fused curves, in the library and per document",
-    )
-    ev.add_argument("--embeddings", help=f"the embedding model for --meaning (default {d.embeddings})")
-    ev.add_argument(
-        "--meaning-weight",
-        type=float,
-        action="append",
-        help=f"meaning's weight in the fusion, words 1 (repeatable; default {d.meaning_weights[0]:g})",
-    )
     ev.set_defaults(func=cmd_bench_evidence)
 
 
@@ -278,57 +140,47 @@ def cmd_bench_embed(args: argparse.Namespace) -> int:
     from minions.evals.bench.embed import EmbedBenchConfig, embed_bench
     from minions.paths import benchmark_data
 
-    args.ways = tuple(args.way) if args.way else None
-    config = _given(EmbedBenchConfig(), args, ("files", "chunks", "pairs", "model", "ways"))
+    config = config_from(EmbedBenchConfig, args)
     root = benchmark_data("financebench", args.data, expected="a FinanceBench checkout")
     return _print_lines(embed_bench(root / "pdfs", config))
 
 
 def _add_bench_embed_parser(kinds: Any) -> None:
-    from minions.evals.bench.embed import WAYS, EmbedBenchConfig
+    from minions.evals.bench.embed import EmbedBenchConfig
 
-    d = EmbedBenchConfig()
     embed = kinds.add_parser("embed", help="meaning vectors a second: each runtime against PyTorch float32")
     _add_data_option(embed, "a FinanceBench checkout (its pdfs/ give the chunks)")
-    embed.add_argument("--files", type=int, help=f"the first N filings give the chunks (default {d.files})")
-    embed.add_argument("--chunks", type=int, help=f"chunks embedded per run (default {d.chunks})")
-    embed.add_argument("--pairs", type=int, help=f"timed pairs per way, baseline then way (default {d.pairs})")
-    embed.add_argument("--model", help="a sentence-transformers folder (default: the one auto takes)")
-    embed.add_argument("--way", action="append", choices=WAYS[1:], help="only this way (repeatable)")
+    add_config_options(embed, EmbedBenchConfig)
     embed.set_defaults(func=cmd_bench_embed)
 
 
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
     from minions.evals.bench.fleet import FleetBenchConfig, fleet_bench
 
-    config = _given(
-        FleetBenchConfig(local=args.local),
-        args,
-        ("document", "jobs", "max_tokens", "pairs", "per_server", "cold_warm", "rounds"),
-    )
-    return _print_lines(fleet_bench(config))
+    return _print_lines(fleet_bench(config_from(FleetBenchConfig, args)))
 
 
 def _add_bench_fleet_parser(kinds: Any) -> None:
     from minions.evals.bench.fleet import FleetBenchConfig
 
-    d = FleetBenchConfig()
     fleet = kinds.add_parser("fleet", help="local jobs on one OpenAI-compatible server vs spread over several")
-    fleet.add_argument("--local", required=True, help="openai-compatible/<model>@<url>,<url>,... (two or more)")
-    fleet.add_argument("--document", help=f"the document the jobs read (default {d.document})")
-    fleet.add_argument("--jobs", type=int, help=f"jobs per run (default {d.jobs})")
-    fleet.add_argument("--max-tokens", type=int, help=f"reply token limit per job (default {d.max_tokens})")
-    fleet.add_argument("--pairs", type=int, help=f"timed pairs, one server then the fleet (default {d.pairs})")
-    fleet.add_argument("--per-server", type=int, help=f"requests in flight per server (default {d.per_server})")
-    fleet.add_argument(
-        "--cold-warm",
-        action="store_true",
-        help="the embedded engine, one server and the fleet: a question over unread chunks, then another",
-    )
-    fleet.add_argument(
-        "--rounds", type=int, help=f"--cold-warm rounds, each setting on another slice (default {d.rounds})"
-    )
+    add_config_options(fleet, FleetBenchConfig)
     fleet.set_defaults(func=cmd_bench_fleet)
+
+
+def cmd_bench_cache(args: argparse.Namespace) -> int:
+    from minions.evals.bench.cache import CacheBenchConfig, cache_bench
+
+    return _print_lines(cache_bench(config_from(CacheBenchConfig, args), kv_dir=args.kv_dir))
+
+
+def _add_bench_cache_parser(kinds: Any) -> None:
+    from minions.evals.bench.cache import CacheBenchConfig
+
+    bench = kinds.add_parser("cache", help="the same questions asked twice over one document: cold, then warm")
+    add_config_options(bench, CacheBenchConfig)
+    bench.add_argument("--kv-dir", help="where the states go (default: a temporary folder, removed after)")
+    bench.set_defaults(func=cmd_bench_cache)
 
 
 def _add_data_option(parser: Any, what: str) -> None:
@@ -350,21 +202,85 @@ def add_bench_parser(sub: Any) -> None:
     _add_bench_evidence_parser(kinds)
     _add_bench_fleet_parser(kinds)
     _add_bench_embed_parser(kinds)
-
-    from minions.apps.cli.library import add_cache_bench_parser
-
-    add_cache_bench_parser(kinds)
+    _add_bench_cache_parser(kinds)
 
 
 _Config = TypeVar("_Config")
 
 
-def _given(defaults: _Config, args: argparse.Namespace, names: Sequence[str]) -> _Config:
-    """``defaults`` (a dataclass) with the options of ``names`` that were given on the command line."""
-    from dataclasses import replace
+def add_config_options(parser: Any, config: type[Any]) -> None:
+    """An option for each field of the dataclass ``config`` made with ``evals.bench.options.option``, derived from
+    the field: its flag (the field's name, or the one declared), its type (a tuple's items; a bool is a flag that
+    sets the other value), its choices (a ``Literal``'s, or the ones declared) and its default, in the help. Not
+    given, an option is None and the field's default stands (``config_from``)."""
+    from dataclasses import MISSING, fields
+    from typing import get_type_hints
 
-    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    return replace(defaults, **given)  # type: ignore[type-var]
+    from minions.evals.bench.options import OPTION
+
+    types = get_type_hints(config)
+    defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
+    for f in fields(config):
+        spec = f.metadata.get(OPTION)
+        if spec is not None:
+            flag = spec.flag or f"--{f.name.replace('_', '-')}"
+            parser.add_argument(flag, dest=f.name, default=None, **_option_kind(spec, types[f.name], f.default),
+                                help=_option_help(spec, f.default, defaults))  # fmt: skip
+
+
+def _option_kind(spec: Any, kind: Any, default: Any) -> dict[str, Any]:
+    """How argparse reads an option of type ``kind``: its action, type, count, choices and metavar."""
+    import types
+    from typing import Literal, Union, get_args, get_origin
+
+    if get_origin(kind) in (Union, types.UnionType):  # X | None: None is the default, never given
+        kind = next(k for k in get_args(kind) if k is not type(None))
+    if kind is bool:
+        return {"action": "store_const", "const": not default}
+    out: dict[str, Any] = {"required": spec.required} if spec.required else {}
+    if get_origin(kind) is tuple:
+        out.update({"action": "append"} if spec.repeat else {"nargs": "+"})
+        kind = get_args(kind)[0]
+    if get_origin(kind) is Literal:
+        out["choices"] = get_args(kind)
+    else:
+        out["type"] = kind
+    if spec.choices:
+        out["choices"] = spec.choices
+    if spec.metavar or (spec.flag and "choices" not in out):
+        out["metavar"] = spec.metavar or (spec.flag or "").lstrip("-").replace("-", "_").upper()
+    return out
+
+
+def _option_help(spec: Any, default: Any, defaults: Mapping[str, Any]) -> str:
+    """An option's help (which may name another field's default, as ``{field}``) and its default: as declared,
+    else the value's, none for a flag, a required option or nothing."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, tuple):
+            return " ".join(shown(v) for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    said = f"default: {spec.shown}" if spec.shown else None
+    if said is None and not isinstance(default, bool) and not spec.required and default not in (None, ()):
+        said = f"default {shown(default)}"
+    notes = [n for n in ("repeatable" if spec.repeat else None, said) if n]
+    return spec.help.format(**defaults) + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def config_from(config: type[_Config], args: argparse.Namespace, **given: Any) -> _Config:
+    """``config`` from the options ``add_config_options`` made that were given on the command line (lists as
+    tuples), then ``given``; the other fields keep their defaults."""
+    from dataclasses import fields
+
+    from minions.evals.bench.options import OPTION
+
+    values = {}
+    for f in fields(config):  # type: ignore[arg-type]
+        value = getattr(args, f.name, None) if OPTION in f.metadata else None
+        if value is not None:
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return config(**{**values, **given})
 
 
 def _print_lines(lines: Iterable[Mapping[str, Any]]) -> int:

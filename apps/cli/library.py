@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["add_cache_bench_parser", "add_index_parsers", "cmd_cache", "cmd_index", "progress_line"]
+__all__ = ["add_index_parsers", "cmd_cache", "cmd_index", "progress_line"]
 
 BAR = 24
 
@@ -278,31 +278,3 @@ def library_usage() -> dict[str, Any] | None:
     meaning = {"model": model, "chunks": vectors, "bytes": vector_bytes}
     return {"path": str(path), "documents": len(docs), "bytes": size, "vectors": meaning, "per_document": per,
             "embeddings_sent": sent}  # fmt: skip
-
-
-def add_cache_bench_parser(kinds: Any) -> None:
-    from minions.evals.bench.cache import CacheBenchConfig
-
-    d = CacheBenchConfig()
-    bench = kinds.add_parser("cache", help="the same questions asked twice over one document: cold, then warm")
-    bench.add_argument("--document", required=True, help="the document (e.g. FinanceBench's pdfs/3M_2018_10K.pdf)")
-    bench.add_argument("--question", action="append", help="a question (repeatable; default: five about a 10-K)")
-    bench.add_argument("--chunk-size", type=int, help="characters per chunk (default: the protocols' default)")
-    bench.add_argument("--max-seqs", type=int, default=d.max_seqs, help="jobs in flight in the engine")
-    bench.add_argument("--kv-dir", help="where the states go (default: a temporary folder, removed after)")
-    bench.set_defaults(func=cmd_bench_cache)
-
-
-def cmd_bench_cache(args: argparse.Namespace) -> int:
-    from minions.evals.bench.cache import CacheBenchConfig, cache_bench
-
-    d = CacheBenchConfig()
-    config = CacheBenchConfig(
-        document=args.document,
-        questions=tuple(args.question) if args.question else d.questions,
-        chunk_size=args.chunk_size,
-        max_seqs=args.max_seqs,
-    )
-    for line in cache_bench(config, kv_dir=args.kv_dir):
-        print(json.dumps(line), flush=True)
-    return 0

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from minions.paths import cache_dir
+from minions.steps import drain
 
 from ..model_files import model_file_key
-from ..speculation.depth import CostCurve, CostTable, drain, timed_rounds
+from ..speculation.depth import CostCurve, CostTable, timed_rounds
 from .ffi import LlamaContext, LlamaModel, TokenBatch
 
 __all__ = [

@@ -17,7 +17,7 @@ from ..speculation.speculator import size_class
 from .ffi import LlamaContext, LlamaModel, TokenBatch
 from .slots import common_prefix
 
-__all__ = ["DraftModel"]
+__all__ = ["DraftModel", "load_draft_model"]
 
 POSITION_ALPHA = 0.2
 """Weight of each timed call in a size class's seconds per drafted position."""
@@ -250,6 +250,10 @@ class DraftModel(DrafterBase):
         self._held.pop(seq, None)
         self._checkpoints.pop(seq, None)
 
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
     def close(self) -> None:
         self.ctx.close()
         self.model.close()
@@ -264,3 +268,9 @@ def _ranked(logits: np.ndarray, width: int, probs: bool) -> list[tuple[int, floa
     z = logits - logits[top[0]]
     p = np.exp(z[top]) / float(np.exp(z).sum()) if probs else np.ones(len(top))
     return [(int(t), float(q)) for t, q in zip(top, p, strict=True)]
+
+
+def load_draft_model(path: str | os.PathLike[str], seq_ctx: int, n_threads: int) -> DraftModel:
+    """``path`` as a draft model of one sequence of ``seq_ctx`` cells on ``n_threads`` threads: the
+    ``speculation.drafters.DraftLoader`` another engine (``pytorch``) drafts its token trees with."""
+    return DraftModel(path, n_seqs=1, seq_ctx=seq_ctx, n_threads=n_threads)

@@ -43,10 +43,11 @@ import numpy.typing as npt
 
 from minions.errors import BackendError, ConfigError, ContextLengthError
 from minions.events import CancelToken
+from minions.steps import drain
 from minions.types import ChatRequest, ChatResult, Message
 
 from ..settings import cpu_threads
-from ..speculation.depth import CostTable, drain
+from ..speculation.depth import CostTable
 from ..speculation.drafters import Drafter
 from ..speculation.speculator import K_MAX, NullSpeculator, Speculator, default_drafters
 from .cost_table import (
@@ -62,7 +63,7 @@ from .ffi import LlamaModel
 from .kvstore import KVStore
 from .prefixes import PrefixCache, marked_prompt
 from .sampling import GrammarCache, TextStream
-from .scheduler import BatchStats, OnResult, OnToken, RunSettings, Scheduler
+from .scheduler import BatchStats, OnResult, OnToken, RunCaller, RunSettings, Scheduler
 from .sequence import EngineSequence
 from .slots import Lane
 
@@ -243,12 +244,8 @@ class Engine:
             self.grammars,
             self.name,
             self.lane,
-            on_token,
-            on_result,
-            cancel,
-            trace_tokens,
+            RunCaller(on_token, on_result, cancel, trace_tokens, max_active),
             speculator=speculator,
-            max_active=max_active,
             prefixes=self.prefixes,
         )
         try:

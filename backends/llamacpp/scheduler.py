@@ -33,6 +33,7 @@ __all__ = [
     "BatchStats",
     "OnResult",
     "OnToken",
+    "RunCaller",
     "RunSettings",
     "Scheduler",
     "chunk_size",
@@ -105,6 +106,19 @@ class RunSettings:
     prefill_first: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RunCaller:
+    """What the caller of one ``Engine.run`` asks of it beside its jobs: to be told each token (``on_token``) and
+    each result (``on_result``) as they come, a way to stop it (``cancel``), each job's token ids in its result's
+    stats (``trace``), and at most ``max_active`` jobs in flight (None: ``RunSettings.max_seqs``)."""
+
+    on_token: OnToken | None = None
+    on_result: OnResult | None = None
+    cancel: CancelToken | None = None
+    trace: bool = False
+    max_active: int | None = None
+
+
 class Scheduler:
     """The state of one ``Engine.run``: the lane being worked, its queue and jobs in flight, the counters."""
 
@@ -115,13 +129,9 @@ class Scheduler:
         grammars: GrammarCache,
         name: str,
         lane: Lane,
-        on_token: OnToken | None,
-        on_result: OnResult | None,
-        cancel: CancelToken | None,
-        trace: bool,
+        caller: RunCaller,
         *,
         speculator: Speculator,
-        max_active: int | None = None,
         prefixes: PrefixCache | None = None,
     ) -> None:
         self.model = model
@@ -132,11 +142,8 @@ class Scheduler:
         """Drafts for each decode step (``speculation.NullSpeculator`` never drafts: plain decoding)."""
         self.decoder = Decoder(model, speculator, call=self._call, emit=self._emit)
         self.prefixes = prefixes if config.share_prefixes else None
-        self.max_active = max_active or config.max_seqs
-        self.on_token = on_token
-        self.on_result = on_result
-        self.cancel = cancel
-        self.trace = trace
+        self.max_active = caller.max_active or config.max_seqs
+        self.caller = caller
         self.lane = lane
         self.queue: deque[EngineSequence] = deque()
         self.active: list[EngineSequence] = []
@@ -153,7 +160,7 @@ class Scheduler:
             jobs = sorted(jobs, key=lambda j: j.prompt)  # common prefixes side by side: computed once
         self.queue.extend(jobs)
         while self.queue or self.active:
-            if self.cancel is not None and self.cancel.cancelled:
+            if self.caller.cancel is not None and self.caller.cancel.cancelled:
                 self._cancel_all()
                 return
             self._resolve_waits()
@@ -363,10 +370,10 @@ class Scheduler:
             return False
         job.generated.append(token)
         stopped = job.text.push(self.model.piece(token))
-        if self.on_token is not None:
+        if self.caller.on_token is not None:
             delta = job.text.delta()
             if delta:
-                self.on_token(job.index, delta)
+                self.caller.on_token(job.index, delta)
         full = len(job.prompt) + len(job.generated) >= self.lane.slots.capacity
         job.looping = repeating(job.generated) if len(job.generated) >= REPEAT_MIN_ITEMS else 0
         if stopped:
@@ -380,10 +387,10 @@ class Scheduler:
 
     def _finish(self, job: EngineSequence, reason: FinishReason, error: BaseException | None = None) -> None:
         now = time.perf_counter()
-        if self.on_token is not None and reason != "error":
+        if self.caller.on_token is not None and reason != "error":
             rest = job.text.flush()
             if rest:
-                self.on_token(job.index, rest)
+                self.caller.on_token(job.index, rest)
         admitted = job.t_admit or now
         first = job.t_first or now
         stats: dict[str, Any] = {
@@ -395,7 +402,7 @@ class Scheduler:
         }
         if job.looping:
             stats["looping"] = job.looping
-        if self.trace:
+        if self.caller.trace:
             stats.update(prompt_ids=list(job.prompt), token_ids=list(job.sampled))
         if job.params.logprobs > 0:
             stats["logprobs"] = [[list(pair) for pair in step] for step in job.logprobs[: len(job.generated) + 1]]
@@ -411,8 +418,8 @@ class Scheduler:
         )
         self._count(job, reason)
         self._release(job, keep_prompt=reason in ("stop", "length"))
-        if self.on_result is not None:
-            self.on_result(job.index, job.result)
+        if self.caller.on_result is not None:
+            self.caller.on_result(job.index, job.result)
 
     def fail(self, job: EngineSequence, error: BaseException) -> None:
         log.warning("job %d failed on %s: %s", job.index, self.name, error)

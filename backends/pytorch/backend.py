@@ -36,10 +36,9 @@ from minions.loops import REPEAT_MIN_ITEMS, repeating
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams, Timings, Usage, reply_start
 
 from ..base import BaseBackend, Capabilities, OnResult, cancelled_result, error_result
-from ..draft import DraftLoader, load_draft_model
 from ..settings import cpu_threads
 from ..speculation.depth import CostCurve
-from ..speculation.drafters import DraftTrees
+from ..speculation.drafters import DraftLoader, DraftTrees
 from .batched import generate_batch
 from .decode import Chooser, Decoded, DecodeState, JsonGrammar, Mode, SpecConfig, Speculation, decode, measure_cost
 from .hybrid import has_recurrent_state, state_keeper
@@ -73,6 +72,13 @@ def resolve_source(model: str | Path | None) -> Path:
         f"{str(model)!r} is neither a .gguf file nor a transformers folder with config.json: pass "
         "transformers//abs/path/model.gguf or transformers//abs/path/folder (nothing is downloaded)."
     )
+
+
+def _llamacpp_loader() -> DraftLoader:
+    """llama.cpp's draft model loader, imported on first use: this backend runs without the llama.cpp engine."""
+    from ..llamacpp.draft_model import load_draft_model
+
+    return load_draft_model
 
 
 def _draft_source(draft: str | Path | None, source: Path, device: str) -> Path | None:
@@ -126,12 +132,12 @@ class TransformersBackend(BaseBackend):
         dtype: str = "float32",
         device: str = "cpu",
         draft_model: str | Path | None = "auto",
-        draft_loader: DraftLoader = load_draft_model,
+        draft_loader: DraftLoader | None = None,
     ) -> None:
         """``draft_model``: a GGUF with the model's vocabulary that llama.cpp runs to draft token trees; "auto":
         the model's own GGUF on the CPU when llama.cpp is installed (its quantized kernels draft several times
         faster than PyTorch verifies); None: drafts come from the job's own text only. ``draft_loader`` runs it
-        (``backends.draft``: llama.cpp)."""
+        (None: llama.cpp's, ``llamacpp.draft_model.load_draft_model``, imported only then)."""
         self.source = resolve_source(model)
         self.name = f"transformers/{model if model not in (None, '') else 'default'}"
         self.spec = spec or SpecConfig(mode=speculation)
@@ -188,11 +194,11 @@ class TransformersBackend(BaseBackend):
         """The draft model, loaded on first use; None without one."""
         if self._drafter is None and self.draft_model is not None:
             vocab = int(self.model.config.vocab_size)
-            model = self.draft_loader(Path(self.draft_model), DRAFT_CONTEXT, cpu_threads())
-            if model.model.n_vocab != vocab:
+            model = (self.draft_loader or _llamacpp_loader())(Path(self.draft_model), DRAFT_CONTEXT, cpu_threads())
+            if model.n_vocab != vocab:
                 model.close()
                 raise ConfigError(
-                    f"The draft model {self.draft_model} has {model.model.n_vocab} tokens and {self.source.name} "
+                    f"The draft model {self.draft_model} has {model.n_vocab} tokens and {self.source.name} "
                     f"has {vocab}: a draft model needs the same vocabulary (or pass draft_model=None)."
                 )
             self._drafter = DraftTrees(model)

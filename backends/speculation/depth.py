@@ -59,7 +59,9 @@ import itertools
 import math
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
+
+from minions.steps import drain
 
 from .tree import STRONG_MATCH, TokenTree, Trie, tried
 
@@ -74,7 +76,6 @@ __all__ = [
     "best_first",
     "best_size",
     "choose_depths",
-    "drain",
     "expected_tokens",
     "fillers",
     "rollback_tokens",
@@ -84,7 +85,6 @@ __all__ = [
 ]
 
 Shape = TypeVar("Shape", bound=Hashable)
-R = TypeVar("R")
 
 # The points of ``CostCurve.linear``.
 MEASURE_POINTS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
@@ -427,15 +427,6 @@ def time_rounds(
     would carry to every larger one). The first ``warmup`` rounds are not kept: the first calls of a shape build
     and repack buffers, and take seconds."""
     return drain(timed_rounds(shapes, call, repeats=repeats, warmup=warmup))
-
-
-def drain(steps: Generator[Any, None, R]) -> R:
-    """What a generator of steps (``timed_rounds``) returns, all its steps taken at once."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return cast("R", done.value)
 
 
 def timed_rounds(

@@ -46,6 +46,7 @@ __all__ = [
     "Constraint",
     "ContextIndex",
     "ContextLookup",
+    "DraftLoader",
     "DraftSteps",
     "DraftTrees",
     "Drafter",
@@ -361,8 +362,18 @@ class DraftSteps(Protocol):
 
     def is_eog(self, token: int) -> bool: ...
 
+    @property
+    def n_vocab(self) -> int:
+        """Tokens in its vocabulary: a draft model drafts for a target with the same vocabulary only."""
+        ...
+
     def close(self) -> None: ...
 
+
+DraftLoader = Callable[[Path, int, int], DraftSteps]
+"""``(path, seq_ctx, n_threads) -> a draft model of one sequence``, as ``DraftTrees`` drives it: an engine that does
+not run GGUF files itself (``pytorch``) is given one (``llamacpp.draft_model.load_draft_model``), and never imports
+that engine at its own import."""
 
 SEQ = 0
 """The PyTorch backend runs one job at a time: one draft sequence."""

@@ -24,6 +24,8 @@ from minions.documents import load_document
 from minions.errors import ConfigError
 from minions.protocols.factory import get_protocol
 
+from .options import option
+
 __all__ = ["DEFAULT_QUESTIONS", "CacheBenchConfig", "cache_bench"]
 
 DEFAULT_QUESTIONS: tuple[str, ...] = (
@@ -38,12 +40,14 @@ DEFAULT_QUESTIONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class CacheBenchConfig:
-    document: str = ""
+    document: str = option("", "the document (e.g. FinanceBench's pdfs/3M_2018_10K.pdf)", required=True)
     """The document asked about (a FinanceBench filing: ``--data``'s pdfs/3M_2018_10K.pdf)."""
-    questions: tuple[str, ...] = DEFAULT_QUESTIONS
-    chunk_size: int | None = None
+    questions: tuple[str, ...] = option(
+        DEFAULT_QUESTIONS, "a question", flag="--question", repeat=True, shown="five about a 10-K"
+    )
+    chunk_size: int | None = option(None, "characters per chunk", shown="the protocols' default")
     """Characters per chunk; None: the protocol's default."""
-    max_seqs: int = 8
+    max_seqs: int = option(8, "jobs in flight in the engine")
 
 
 def _run(config: CacheBenchConfig, kv_dir: Path, phase: str) -> tuple[dict[str, Any], list[Any]]:

@@ -40,6 +40,8 @@ from minions.documents import load_document
 from minions.evals.errors import EvalError
 from minions.protocols.search.meaning import chunk_header
 
+from .options import option
+
 __all__ = ["WAYS", "EmbedBenchConfig", "bench_chunks", "embed_bench"]
 
 WAYS = ("torch-fp32", "torch-auto", "openvino", "onnx-int8")
@@ -47,16 +49,14 @@ WAYS = ("torch-fp32", "torch-auto", "openvino", "onnx-int8")
 
 @dataclass(frozen=True)
 class EmbedBenchConfig:
-    files: int = 3
+    files: int = option(3, "the first N filings give the chunks")
     """The first N filings (by name) whose chunks are drawn."""
-    chunks: int = 128
-    """Chunks embedded per run."""
-    pairs: int = 3
-    """Timed pairs per way (baseline, then the way)."""
-    ways: tuple[str, ...] = WAYS[1:]
-    """The ways timed against the baseline (an uninstalled runtime is skipped, and said)."""
-    model: str | None = None
+    chunks: int = option(128, "chunks embedded per run")
+    pairs: int = option(3, "timed pairs per way, baseline then way")
+    model: str | None = option(None, "a sentence-transformers folder", shown="the one auto takes")
     """The model's folder (default: the one "auto" takes that is on disk: bge-small, else the wheel's MiniLM)."""
+    ways: tuple[str, ...] = option(WAYS[1:], "only this way", flag="--way", choices=WAYS[1:], repeat=True)
+    """The ways timed against the baseline (an uninstalled runtime is skipped, and said)."""
 
 
 def bench_chunks(folder: Path, files: int, count: int) -> list[str]:

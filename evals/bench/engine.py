@@ -37,6 +37,8 @@ from minions.backends.settings import cpu_threads
 from minions.errors import ConfigError
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
+from .options import option
+
 if TYPE_CHECKING:  # the CLI reads BenchConfig's defaults without loading numpy and llama.cpp
     from minions.backends.llamacpp.engine import Engine
     from minions.backends.llamacpp.ffi import LlamaModel
@@ -78,16 +80,18 @@ JOB_SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
-    document: str = "3M_2018_10K.pdf"
+    document: str = option("3M_2018_10K.pdf", "PDF in the data folder")
     first_page: int = 20
     """Excerpts start here (past the cover and the table of contents)."""
-    chunks: int = 8
+    chunks: int = option(8, "excerpts")
     chunk_tokens: int = 900
     instructions: tuple[str, ...] = INSTRUCTIONS
-    max_tokens: int = 128
-    order: Literal["chunk-first", "instruction-first"] = "chunk-first"
-    baseline: Literal["highlevel", "engine"] = "highlevel"
-    max_seqs: int = DEFAULT_MAX_SEQS
+    max_tokens: int = option(128, "reply token limit per job")
+    max_seqs: int = option(DEFAULT_MAX_SEQS, "jobs decoded together")
+    order: Literal["chunk-first", "instruction-first"] = option("chunk-first", "where the instruction goes")
+    baseline: Literal["highlevel", "engine"] = option(
+        "highlevel", "the one-at-a-time baseline: llama-cpp-python's chat call, or the engine a job at a time"
+    )
     n_ctx: int = DEFAULT_CONTEXT
     repeats: int = 2
     """Batched runs (the first is timed; all report memory, to show it does not grow)."""

@@ -88,6 +88,7 @@ from ..evidence import RECALL_AT, evidence_scores
 from ..financebench import load_financebench
 from ..gold import GoldEvidence
 from ..items import HALVES, EvalItem, half
+from .options import option
 
 __all__ = ["EvidenceBenchConfig", "evidence_bench"]
 
@@ -110,34 +111,48 @@ Curve = dict[str, float | None] | None
 
 @dataclass(frozen=True)
 class EvidenceBenchConfig:
-    limit: int | None = None
-    read_chunks: int = RunOptions.read_chunks
-    score_sentences: bool = RunOptions.score_sentences
-    local: str = "llamacpp/default"
-    ids: tuple[str, ...] = ()
-    dataset: str = "financebench"
+    dataset: str = option("financebench", "another benchmark with gold evidence, e.g. bamboo-paperqa (no pages)")
     """The benchmark (``minions eval datasets``); only FinanceBench has pages."""
-    lexical_only: bool = False
-    """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
-    library: bool = False
-    """Ask every question of all the filings in one library (the module's docstring)."""
-    library_dir: str | None = None
-    """Where the library is built (None: a temporary folder, removed after)."""
-    compare_local: str | None = None
-    """A second local model that reads the same chunks (the module's docstring)."""
-    meaning: bool = False
-    """Embed the library's chunks and print the meaning signal's curves (the module's docstring)."""
-    embeddings: str = "auto"
-    """The embedding model, with ``meaning`` (``backends.embeddings.resolve_embedder``)."""
-    meaning_weights: tuple[float, ...] = (MEANING_WEIGHT,)
-    """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
-    questions: str | None = None
+    limit: int | None = option(None, "the first N questions with gold evidence")
+    questions: str | None = option(
+        None,
+        "questions of your own over the set's documents, instead of its own (frozen ones: evals/bench/written/)",
+        metavar="FILE",
+    )
     """A file of questions of one's own over the set's documents, asked instead of the set's (FinanceBench's layout
     for its filings; ``evals.leval`` for L-Eval's; ``evals.folder`` for folders of any documents;
     ``evals/bench/written/`` holds the frozen ones)."""
-    half: str | None = None
+    half: str | None = option(
+        None, "only this fixed half of the questions (by a hash of each id): tune on one", choices=HALVES
+    )
     """Only the questions of this fixed half of the set ("A" or "B", ``evals.items.half``): tune on one, report the
     other."""
+    ids: tuple[str, ...] = option((), "only this question", flag="--id", repeat=True)
+    read_chunks: int = option(RunOptions.read_chunks, "chunks the local model reads")
+    score_sentences: bool = option(
+        RunOptions.score_sentences, "jobs pick a sentence through a schema, not by scores", flag="--no-scores"
+    )
+    local: str = option("llamacpp/default", "the local model", shown="MINIONS_LOCAL or llamacpp/default")
+    compare_local: str | None = option(
+        None, "a second local model on the same chunks: its recall, same quotes", metavar="M"
+    )
+    """A second local model that reads the same chunks (the module's docstring)."""
+    lexical_only: bool = option(False, "no model: the BM25 baselines and word ranking")
+    """Skip the local model: only the BM25 baselines and the lexical ranking (seconds for the whole set)."""
+    library: bool = option(False, "also ask every question of all the set's documents in one library")
+    """Ask every question of all the filings in one library (the module's docstring)."""
+    library_dir: str | None = option(None, "where that library is built or reused", shown="a temporary folder")
+    """Where the library is built (None: a temporary folder, removed after)."""
+    meaning: bool = option(
+        False, "with --library: embed the chunks; words, meaning and fused curves, in the library and per document"
+    )
+    """Embed the library's chunks and print the meaning signal's curves (the module's docstring)."""
+    embeddings: str = option("auto", "the embedding model for --meaning")
+    """The embedding model, with ``meaning`` (``backends.embeddings.resolve_embedder``)."""
+    meaning_weights: tuple[float, ...] = option(
+        (MEANING_WEIGHT,), "meaning's weight in the fusion, words 1", flag="--meaning-weight", repeat=True
+    )
+    """The meaning term's weights in the fusion, the words' counting 1: one ``fused`` curve each."""
 
 
 def _page_passages(doc: Document, question: str) -> list[Evidence] | None:

@@ -38,6 +38,8 @@ from minions.errors import ConfigError
 from minions.protocols.evidence.jobs import job_messages, scored_request
 from minions.types import ChatRequest, SamplingParams
 
+from .options import option
+
 __all__ = ["FleetBenchConfig", "fleet_bench"]
 
 INSTRUCTION = "What was total revenue, and how did it change from the year before?"
@@ -47,17 +49,18 @@ WARM_INSTRUCTION = "What was net income, and what were the main costs?"
 
 @dataclass(frozen=True, slots=True)
 class FleetBenchConfig:
-    local: str = ""
-    """``openai-compatible/<model>@<url>,<url>,...``"""
-    document: str = "examples/northwind-annual-report-2025.md"
-    jobs: int = 16
+    local: str = option("", "openai-compatible/<model>@<url>,<url>,... (two or more)", required=True)
+    document: str = option("examples/northwind-annual-report-2025.md", "the document the jobs read")
+    jobs: int = option(16, "jobs per run")
     chunk_chars: int = DEFAULT_CHUNK_SIZE
-    max_tokens: int = 32
-    pairs: int = 3
-    per_server: int = 2
-    cold_warm: bool = False
+    max_tokens: int = option(32, "reply token limit per job")
+    pairs: int = option(3, "timed pairs, one server then the fleet")
+    per_server: int = option(2, "requests in flight per server")
+    cold_warm: bool = option(
+        False, "the embedded engine, one server and the fleet: a question over unread chunks, then another"
+    )
     """Time the embedded engine, one server and the fleet, cold then warm, instead (the module's docstring)."""
-    rounds: int = 3
+    rounds: int = option(3, "--cold-warm rounds, each setting on another slice")
     """Cold/warm rounds: with 3, every setting reads every slice once; fewer, each setting reads its own."""
 
 

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 from minions.backends.speculation.speculator import K_MAX
 from minions.types import ChatRequest, ChatResult, Message, SamplingParams
 
+from .options import option
+
 if TYPE_CHECKING:
     from minions.backends.llamacpp.engine import Engine
 
@@ -62,38 +64,49 @@ WRITTEN = (
 
 @dataclass(frozen=True, slots=True)
 class SpecBenchConfig:
-    model: str | None = None
+    model: str | None = option(None, "GGUF file to measure, a hybrid one too", shown="the shipped SmolLM2")
     """The GGUF to measure; None: the shipped SmolLM2. A hybrid model (LFM2, Granite 4.0-H, ...) adds its rollback
     cost to the line (``rollback_s``, ``rollbacks``, ``redo_tokens``)."""
-    draft: str | None = None
+    draft: str | None = option(None, "a draft model (same vocabulary; with --target: SmolLM2)", metavar="PATH")
     """A draft model (a GGUF with the model's vocabulary): one more drafter of the speculative runs."""
-    document: str = "3M_2018_10K.pdf"
-    chunks: int = 4
+    document: str = option("3M_2018_10K.pdf", "PDF in the data folder")
+    chunks: int = option(4, "excerpts")
     chunk_tokens: int = 500
     jobs_per_chunk: int = 2
-    max_tokens: int = 128
-    batches: tuple[int, ...] = (1, 8)
-    settings: tuple[str, ...] = ("extraction", "freeform")
+    max_tokens: int = option(128, "reply token limit per job")
+    batches: tuple[int, ...] = option((1, 8), "batch sizes")
+    settings: tuple[str, ...] = option(
+        ("extraction", "freeform"),
+        "jobs to decode: JSON extraction, free-form prose, or the written answer from quotes (where prompt lookup "
+        "and a draft model pay)",
+        choices=("extraction", "freeform", "written"),
+    )
     prompts: tuple[tuple[str, Callable[[str, str], Sequence[Message]]], ...] = ()
     """Settings whose prompts a caller writes: a name and the messages of a job from an excerpt and one of
     ``FREEFORM``'s questions (the CLI's ``written``: the local model's written answer from quotes of the
     excerpt, ``protocols.evidence.written``'s prompt, decoded greedily up to ``max_tokens``)."""
-    n_threads: int | None = None
+    n_threads: int | None = option(None, "CPU threads", shown="all cores")
     """None: all cores. On a machine shared with other work, 1 avoids llama.cpp's threads waiting on each other."""
-    k_max: int = K_MAX
-    depth: int | None = None
+    k_max: int = option(K_MAX, "longest draft")
+    depth: int | None = option(
+        None, "draft this many tokens at every speculative step, speed gate off", shown="adaptive"
+    )
     """A fixed draft length for every speculative step (``EngineConfig.draft_depth``), the speed gate off: what
     drafts of that length gain where the adaptive choice would pick others; None: adaptive."""
-    repeats: int = 3
+    repeats: int = option(3, "plain/speculative pairs per setting")
     """Pairs of plain and speculative runs per setting (plain first, then speculative first, and so on); the
     line reports the median pair (by speedup)."""
-    background_load: int = 0
+    background_load: int = option(0, "busy processes, one core each, kept running while it measures")
     """Busy processes (each spinning one core) kept running through the measurement: a loaded machine made on
     purpose, so that "on a loaded machine" is something to measure again, not a load that happened to be there."""
-    noise: bool = False
+    noise: bool = option(
+        False, "a second plain run in every pair: plain against plain (the noise), speedups over both plain runs"
+    )
     """Also run a second plain run in every pair (``plain_vs_plain``: its ratio to the first, in alternating
     order): the spread two runs of the same work show on this machine, beside the speedups."""
-    turn: float = 0.25
+    turn: float = option(
+        0.25, "seconds each run of a pair holds the cores before the other's turn; 0: one after another"
+    )
     """Seconds each run of a pair holds the cores before the next one's turn: the runs alternate, each in its own
     engine, driven step by step (``Engine.steps``) from one thread until all are done; 0 runs them one after
     another. Load on this machine comes and goes over seconds: two plain runs of the same work one after another

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from minions.types import ChatRequest, ChatResult
 
+from .options import option
+
 if TYPE_CHECKING:  # torch loads when the bench runs, not when the CLI reads TreeBenchConfig's defaults
     from minions.backends.pytorch.backend import TransformersBackend
     from minions.backends.pytorch.decode import Mode, Speculation
@@ -58,27 +60,34 @@ TIE_EPS = 0.05
 
 @dataclass(frozen=True, slots=True)
 class TreeBenchConfig:
-    document: str = "3M_2018_10K.pdf"
-    chunks: int = 2
+    document: str = option("3M_2018_10K.pdf", "PDF in the data folder")
+    chunks: int = option(2, "excerpts, {jobs_per_chunk} jobs each")
     chunk_tokens: int = 400
     jobs_per_chunk: int = 2
-    max_tokens: int = 96
-    repeats: int = 3
+    max_tokens: int = option(96, "reply token limit per job")
+    repeats: int = option(3, "runs of every mode in turn")
     """Plain, chain and tree runs per repeat, in turn; the line reports the median repeat (by tree vs plain)."""
-    n_threads: int | None = None
+    n_threads: int | None = option(None, "torch CPU threads", shown="all cores")
     """torch's CPU threads; None: its default (all cores). On a machine shared with other work, 1 avoids threads
     waiting on each other (2 threads under load were 10x slower than 1 here)."""
     max_nodes: int = 48
-    llamacpp: bool = True
+    llamacpp: bool = option(True, "skip llama.cpp's plain decode beside it", flag="--no-llamacpp")
     """Also time llama.cpp's plain decode of the same GGUF and jobs."""
-    draft: bool = True
+    draft: bool = option(True, "skip the draft model's chain and tree", flag="--no-draft")
     """Also run the draft model's chain and tree (when llama.cpp is installed)."""
-    batched: bool = True
+    batched: bool = option(True, "skip decoding the jobs together", flag="--no-batched")
     """Also decode the jobs together, ``max_batch`` at a time, plainly."""
-    target: str | None = None
+    target: str | None = option(
+        None,
+        "the model to measure: 'deep' (SmolLM2 widened to a ~1B model's cost, built once) or a GGUF",
+        metavar="deep|PATH",
+        shown="the shipped SmolLM2",
+    )
     """The model to measure: ``deep`` (SmolLM2 widened to a ~1B model's cost per token, ``llamacpp.deep``, built
     once) or a GGUF; None: the shipped SmolLM2."""
-    draft_model: str | None = None
+    draft_model: str | None = option(
+        None, "with --target: the draft model's GGUF", flag="--draft", metavar="PATH", shown="SmolLM2"
+    )
     """With ``target``: the draft model's GGUF (default: the engine's SmolLM2, as ``bench speculative
     --target``); without, the target's own GGUF."""
 

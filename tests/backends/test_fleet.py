@@ -225,4 +225,4 @@ def test_requests_queued_on_a_one_at_a_time_server_are_sent_again_with_fewer_at_
         assert 1 <= backend.max_concurrency < DEFAULT_CONCURRENCY
         served = server.served
         assert [r.text for r in backend.batch(jobs(3))] == ["0", "1", "2"]
-        assert server.served - served == 3 and backend._in_flight.limit == backend.max_concurrency
+        assert server.served - served == 3 and backend._transport.in_flight.limit == backend.max_concurrency

@@ -180,9 +180,9 @@ def test_one_sdk_client_per_backend() -> None:
     server = Script(reply())
     backend = make_backend(server)
     backend.chat("a")
-    client = backend._client
+    client = backend._transport._client
     backend.chat("b")
-    assert backend._client is client is not None
+    assert backend._transport._client is client is not None
 
 
 # -- the request --------------------------------------------------------------------------------------
@@ -658,7 +658,7 @@ def async_backend(server: Script, monkeypatch: pytest.MonkeyPatch) -> OpenAIBack
         transport = httpx.AsyncClient(transport=httpx.MockTransport(server))
         return openai.AsyncOpenAI(api_key="sk-test", base_url=BASE, max_retries=0, http_client=cast(Any, transport))
 
-    monkeypatch.setattr(backend, "_async_client", async_client)
+    monkeypatch.setattr(backend._transport, "_async_client", async_client)
     return backend
 
 
