@@ -43,7 +43,6 @@ from minions.backends.embeddings import Embedder, embeddings_sent, vector_model_
 from minions.chunking import Chunk
 from minions.paths import cache_dir
 
-from .figures import figure_share
 from .ranking import Ranked, spread_pages
 from .sent import sent_by_document
 from .sentences import spans
@@ -87,10 +86,6 @@ SENTENCE_WEIGHT = 0.3
 on FinanceBench's half A and BAMBOO: docs/library.md, "A fact said in one sentence")."""
 MIN_SENTENCE_CHARS = 20
 """A shorter span (a heading, a figure alone) says too little to be weighed by itself."""
-SENTENCE_FIGURES = 0.3
-"""A span at least this share of whose tokens are figures (a table's row) is not weighed by its meaning: words find
-its line, and its vector says little (on FinanceBench half A a third fewer sentences to embed, recall @10 0.848 ->
-0.863; BAMBOO unchanged)."""
 
 
 @dataclass(frozen=True)
@@ -185,19 +180,18 @@ def by_sentence(
 ) -> list[Ranked]:
     """``ranked``'s best ``depth`` re-ranked by their best sentence: a chunk is 1,200 characters and one vector,
     and a fact said in prose is one sentence of it, which the chunk's vector blurs. Each of those chunks' sentences
-    (``sentences.spans``, ``MIN_SENTENCE_CHARS`` or longer, not a row of figures: ``SENTENCE_FIGURES``) is
-    embedded through ``cache`` (the user's cache file: a sentence is embedded once), and a chunk scores its score
-    plus ``weight`` times its closest sentence's cosine to ``asked`` (the question's vector), both scaled to 0..1
-    over the ``depth``; the rest follow as they were.
-    Only with an embedder on this device: one elsewhere would be sent the documents' sentences at every
-    question (what was sent when they were added is the library's; this would be each run's)."""
+    (``sentences.spans``, ``MIN_SENTENCE_CHARS`` or longer) is embedded through ``cache`` (the user's cache file: a
+    sentence is embedded once), and a chunk scores its score plus ``weight`` times its closest sentence's cosine to
+    ``asked`` (the question's vector), both scaled to 0..1 over the ``depth``; the rest follow as they were. Only
+    with an embedder on this device: one elsewhere would be sent the documents' sentences at every question (what
+    was sent when they were added is the library's; this would be each run's)."""
     if embedder.address is not None and not on_this_device(embedder.address):
         return list(ranked)
     head = list(ranked[:depth])
     texts, owners = [], []
     for i, r in enumerate(head):
         for span in spans(r.chunk.text):
-            if len(span.text) >= MIN_SENTENCE_CHARS and figure_share(span.text) < SENTENCE_FIGURES:
+            if len(span.text) >= MIN_SENTENCE_CHARS:
                 texts.append(span.text)
                 owners.append(i)
     if not texts:
