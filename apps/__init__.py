@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .config import AppConfig
-    from .library import AppDocuments
+    from .documents import AppDocuments
     from .runs import Models, Runner, Settings
     from .store import Store
     from .web import create_app
 
 _LAZY = {
     "AppConfig": "minions.apps.config",
-    "AppDocuments": "minions.apps.library",
+    "AppDocuments": "minions.apps.documents",
     "Models": "minions.apps.runs",
     "Runner": "minions.apps.runs",
     "Settings": "minions.apps.runs",

@@ -26,7 +26,7 @@ from minions.protocols import default_protocol
 from minions.unicode import valid_text
 
 from .config import AppConfig
-from .library import AppDocuments, UnsupportedUploadError, UploadTooLargeError
+from .documents import AppDocuments, UnsupportedUploadError, UploadTooLargeError
 from .runs import Runner, Settings
 from .store import Store
 from .warming import Reader

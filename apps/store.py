@@ -1,6 +1,6 @@
 """What the app keeps across restarts, in one SQLite file: the conversations with their messages (each answer with
 its full run record), the settings and the folders kept in sync. The documents are the library's
-(``apps.library``); an app folder of the earlier layout kept them here too, in a table read once, to carry them over.
+(``apps.documents``); an app folder of the earlier layout kept them here too, in a table read once, to carry them over.
 
 One connection, shared by the server's threads under a lock: the app writes a few rows per question, so a
 pool would buy nothing. Every write commits at once, so a crash loses at most the run in flight.
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS folders (path TEXT PRIMARY KEY, added_at REAL NOT NUL
 
 @dataclass(frozen=True)
 class DocumentRecord:
-    """A document as the app's API shows it (``apps.library.AppDocuments.records``, from the library's index)."""
+    """A document as the app's API shows it (``apps.documents.AppDocuments.records``, from the library's index)."""
 
     id: str
     name: str

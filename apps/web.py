@@ -42,7 +42,7 @@ from minions.protocols.search.sent import sent_summary
 
 from . import openai_api
 from .config import AppConfig
-from .library import AppDocuments, UploadTooLargeError
+from .documents import AppDocuments, UploadTooLargeError
 from .limits import BodyLimits
 from .runs import Models, Outcome, Runner, RunRequest, Settings
 from .security import Guard

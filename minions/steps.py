@@ -13,7 +13,8 @@ R = TypeVar("R")
 
 
 def drain(steps: Generator[Any, None, R]) -> R:
-    """What a generator of steps (``Engine.steps``, ``depth.timed_rounds``) returns, all its steps taken at once."""
+    """What a generator of steps (``Engine.steps``, ``backends.speculation.depth.timed_rounds``) returns, all its
+    steps taken at once."""
     while True:
         try:
             next(steps)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from minions.apps.library import (
+from minions.apps.documents import (
     EARLIER_INDEX_FILE,
     AppDocuments,
     UnsupportedUploadError,
