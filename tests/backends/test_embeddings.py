@@ -163,9 +163,13 @@ def shipped() -> SentenceTransformersEmbedder:
 
 
 @pytest.mark.slow
-def test_a_library_embeds_through_ollama_and_finds_what_words_miss(shipped: SentenceTransformersEmbedder) -> None:
+def test_a_library_embeds_through_ollama_and_finds_what_words_miss(
+    shipped: SentenceTransformersEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A library whose vectors come from an Ollama server, through the ``ollama`` SDK over HTTP: every chunk and
-    the question are sent as Ollama takes them, and the passage that shares no word with the question is found."""
+    the question are sent as Ollama takes them (then the best chunks' sentences, the model being on this device),
+    and the passage that shares no word with the question is found."""
+    monkeypatch.setenv("MINIONS_CACHE_DIR", str(tmp_path))  # no sentence cached by an earlier run
     with serving(OllamaEmbedServer(shipped)) as server:
         library = Library(None, embeddings=f"ollama/minilm@{server.url}")
         assert isinstance(library.embedder, OllamaEmbedder) and not library.embedder.leaves_device
@@ -179,7 +183,9 @@ def test_a_library_embeds_through_ollama_and_finds_what_words_miss(shipped: Sent
         found = library.search("Which automobile stood in front of the workplace?")
         assert found.ranking.ranked[0].chunk.document == "car.txt"
         assert found.ranking.about["meaning"] == "ollama/minilm"
-        assert server.inputs[-1] == ["Which automobile stood in front of the workplace?"]  # the question, alone
+        question, sentences = server.inputs[1:]  # after the chunks: the question alone, then the best chunks'
+        assert question == ["Which automobile stood in front of the workplace?"]  # sentences (on this device)
+        assert sorted(sentences) == sorted(n.text for n in notes)  # each note is one sentence
         assert library.embedder.sent.requests == 0  # on loopback: nothing left the device
         with pytest.raises(ModelNotFoundError, match="ollama pull other"):
             OllamaEmbedder("other", server.url).embed(["x"])
