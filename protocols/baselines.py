@@ -20,8 +20,8 @@ from minions.types import Message
 
 from .base import BaseProtocol, fit_to_tokens, verified_citations
 from .context import RunContext
-from .evidence.citations import locate, verify_citation
-from .evidence.reading import chunk_evidence, rank
+from .evidence.citations import chunk_evidence, locate, verify_citation
+from .evidence.reading import rank
 from .prompts import render
 from .result import Citation, Evidence
 from .schemas import Answer

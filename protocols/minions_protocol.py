@@ -22,9 +22,8 @@ from minions.types import Message
 
 from .base import BaseProtocol, describe_documents, to_json
 from .context import RunCancelled, RunContext
-from .evidence.citations import Finding, aggregate, best_answer, digest
+from .evidence.citations import Finding, aggregate, best_answer, digest, finding_evidence
 from .evidence.jobs import Job, run_jobs
-from .evidence.reading import finding_evidence
 from .prompts import render
 from .result import Citation, JobRecord, RoundRecord
 from .schemas import MAX_INSTRUCTION_CHARS, Decision, JobSpec, Plan

@@ -72,8 +72,9 @@ from minions.chunking import Chunk, chunk_documents
 from minions.documents import Document
 from minions.paths import benchmark_data
 from minions.protocols import LocalOnly, RunOptions
+from minions.protocols.evidence.citations import chunk_evidence
+from minions.protocols.evidence.jobs import BY_WORDS
 from minions.protocols.evidence.quotes import answer_spans, candidates
-from minions.protocols.evidence.reading import BY_WORDS, chunk_evidence
 from minions.protocols.library import AddReport, Library
 from minions.protocols.result import Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25

@@ -1,5 +1,6 @@
-"""From job records to the compact digest the remote model reads: empty answers dropped, findings grouped by
-instruction, each with its source and a citation that was checked against its chunk."""
+"""From job records to what is passed on: each citation checked against its chunk and placed (``aggregate``), the
+evidence shown, a quote or its chunk (``evidence``), and the compact digest the remote model reads (empty answers
+dropped, findings grouped by instruction, each with its source and its checked citation)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,21 @@ from minions.chunking import Chunk
 from minions.documents import Document
 
 from ..parsing import normalize
-from ..result import Citation, JobRecord
+from ..result import Citation, Evidence, JobRecord
 
-__all__ = ["Finding", "aggregate", "best_answer", "digest", "find_quote", "locate", "place", "verify_citation"]
+__all__ = [
+    "Finding",
+    "aggregate",
+    "best_answer",
+    "chunk_evidence",
+    "digest",
+    "evidence",
+    "find_quote",
+    "finding_evidence",
+    "locate",
+    "place",
+    "verify_citation",
+]
 
 MIN_QUOTE_CHARS = 8
 NEAR_VERBATIM = 0.9
@@ -112,6 +125,25 @@ def aggregate(
             Finding(len(findings) + 1, r.instruction, r.answer, r.explanation, chunk.label, citation, r.job_id)
         )
     return checked, findings
+
+
+def chunk_evidence(chunk: Chunk, *, kind: str = "chunk", score: float | None = None) -> Evidence:
+    return Evidence(chunk.document, chunk.text, chunk.start, chunk.end, tuple(chunk.pages), kind, score)
+
+
+def finding_evidence(finding: Finding | None, chunk: Chunk, score: float | None = None) -> Evidence:
+    """What is shown of a job over ``chunk``: its quote, with its place, when it found one; else the chunk."""
+    c = finding.citation if finding is not None else None
+    if c is None:
+        return chunk_evidence(chunk, score=score)
+    return Evidence(c.document, c.text, c.start, c.end, c.pages, "quote", score)
+
+
+def evidence(read: Sequence[tuple[Chunk, float | None, int]], findings: Sequence[Finding]) -> list[Evidence]:
+    """What is passed on, best first: for each read chunk (its chunk, its rank's score and its job's id), its job's
+    quote when it found one, else the chunk."""
+    by_job = {f.job_id: f for f in findings}
+    return [finding_evidence(by_job.get(job_id), chunk, score) for chunk, score, job_id in read]
 
 
 def _clip(text: str) -> str:

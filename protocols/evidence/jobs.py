@@ -7,7 +7,8 @@ which a local engine computes once and saves (``PromptPrefix``). Where the backe
 reply starts "The line that answers is" and one token's distribution over the labels scores the chunk's
 candidates; elsewhere a JSON schema allows only the candidates (and a figure of the chosen one as the short
 answer), so the quote is verbatim by construction either way. A job that fails or replies malformed JSON is
-retried once; after that it is recorded as failed, never fatal.
+retried once; after that it is recorded as failed, never fatal. A chunk past the local model's reading budget is
+quoted by words instead (``by_words``: its best sentence by words), with no job run (``read_chunks``).
 """
 
 from __future__ import annotations
@@ -39,13 +40,17 @@ from .citations import verify_citation
 from .quotes import LABELS, NONE, answer_spans, candidates, labeled, quote_schema
 
 __all__ = [
+    "BY_WORDS",
+    "ChunksRead",
     "Job",
     "answer_step",
+    "by_words",
     "job_messages",
     "job_request",
     "looping",
     "pick_sentence",
     "prefix_order",
+    "read_chunks",
     "run_jobs",
     "scored_request",
     "scores_sentences",
@@ -69,6 +74,8 @@ REPEATED_WORDS = 15
 """Words of one stretch repeated at the end of a reply that mark it as looping (``minions.loops``)."""
 SENTENCES_SCORED = 4
 """Candidate sentences of a chunk (the best by words) whose labels' log-probabilities the pick weighs."""
+BY_WORDS = "quoted by words: past the prompt tokens the local model may compute for a question (read_tokens)"
+"""A job record's explanation where the model did not read the chunk (``by_words``)."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +360,36 @@ def _run_batch(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:
         result, output, error = retried.get(i, first[i])
         records.append(_record(job, result, output, error, attempts=2 if i in retried else 1))
     return records
+
+
+@dataclass(frozen=True)
+class ChunksRead:
+    """What ``read_chunks`` did: the jobs over the chunks (best first), their records in the same order, and whether
+    the model scored its sentences (``scores_sentences``) or chose one through a schema."""
+
+    jobs: list[Job]
+    records: list[JobRecord]
+    scored: bool
+
+
+def read_chunks(ctx: RunContext, question: str, chunks: Sequence[Chunk], by_model: Sequence[bool]) -> ChunksRead:
+    """A job of ``question`` over each of ``chunks`` (best first), and its record: run by the local model where
+    ``by_model`` says so (``run_jobs``), else quoted by words (``by_words``). Every record lands in ``ctx.jobs``,
+    in job order."""
+    jobs = [Job(ctx.next_job_id + i, 1, question, c, knowledge=ctx.knowledge) for i, c in enumerate(chunks)]
+    read = iter(run_jobs(ctx, [j for j, model in zip(jobs, by_model, strict=True) if model]))
+    records = [next(read) if model else by_words(job) for job, model in zip(jobs, by_model, strict=True)]
+    ctx.jobs.extend(r for r, model in zip(records, by_model, strict=True) if not model)
+    ctx.jobs.sort(key=lambda r: r.job_id)
+    return ChunksRead(jobs, records, scores_sentences(ctx))
+
+
+def by_words(job: Job) -> JobRecord:
+    """A job the model did not read: its chunk's best sentence by words (``quotes.candidates``), quoted."""
+    best = job.options[0].text if job.options else None
+    c = job.chunk
+    return JobRecord(job.job_id, job.round, job.instruction, c.document, c.index, tuple(c.pages), attempts=0,
+                     ok=best is not None, answer=best, citation=best, explanation=BY_WORDS)  # fmt: skip
 
 
 def run_jobs(ctx: RunContext, jobs: Sequence[Job]) -> list[JobRecord]:

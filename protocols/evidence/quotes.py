@@ -9,6 +9,9 @@ those sentences (llama.cpp turns it into a grammar; an OpenAI-compatible server 
 So the quote is verbatim by construction, and the short answer is taken from the quote: it may only be one of
 the figures the chosen sentence contains (or null). Candidates are the sentences (or table rows) of the chunk
 that share most with the question, at most ``MAX_CANDIDATES``, in document order.
+
+The quotes the jobs picked are then ordered by how well they alone match the question (``best_quotes``), and the
+local answer is the best of them with its place (``local_answer``).
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from ..search.figures import figure_share, figures
 from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import word_order
 from ..search.sentences import WRAPPED_LINE, Span, spans
+from .citations import Finding, place
 
-__all__ = ["LABELS", "NONE", "answer_spans", "candidates", "labeled", "quote_schema"]
+__all__ = ["LABELS", "NONE", "answer_spans", "best_quotes", "candidates", "labeled", "local_answer", "quote_schema"]
 
 NONE = "none"
 """What a job replies when no candidate answers."""
@@ -106,3 +110,33 @@ def quote_schema(options: Sequence[Span]) -> dict[str, Any]:
 
     alternatives = [alternative(s.text, [*answer_spans(s.text), None]) for s in options]
     return {"anyOf": [*alternatives, alternative(NONE, [None])]}
+
+
+def best_quotes(findings: Sequence[Finding], question: str, knowledge: Knowledge = GENERAL) -> list[Finding]:
+    """``findings`` (in their chunks' rank order) re-ordered by how well their quotes alone match ``question``
+    (``search.ranking.word_order`` over the quotes, with what the documents' profile adds; ties keep the chunks'
+    order): the answer is a sentence, and a sentence that holds the question's terms beats one from a chunk that
+    holds them elsewhere."""
+    texts = [f.citation.text if f.citation is not None else "" for f in findings]
+    return [findings[i] for i, _ in word_order(texts, question, knowledge=knowledge)]
+
+
+def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed: int = 0) -> str:
+    """The best-ranked finding as a sentence, then its quote and its place; or that nothing was found (in the
+    ``read`` passages the local model read; ``failed`` more it could not, which the run's notes explain)."""
+    if not findings and failed:
+        read_part = f"it read {read} of them and none says it" if read else "it read none of them"
+        return (
+            f"The local model failed on {failed} of the {read + failed} passages that match the question best "
+            f"(see the notes); {read_part}."
+        )
+    if not findings:
+        return (
+            f"The documents do not seem to answer this: the local model read the {read} passages (of {chunks}) "
+            "that match the question best, and none of them says it."
+        )
+    best, c = findings[0], findings[0].citation
+    assert c is not None
+    if best.answer != c.text:
+        return f"{best.answer}, according to {place(c)}:\n\u201c{c.text}\u201d"
+    return f"According to {place(c)}:\n\u201c{c.text}\u201d"

@@ -1,13 +1,19 @@
-"""How the local model reads documents it cannot read whole: rank the chunks, read the best, keep the evidence.
+"""The local reading, one pipeline read top to bottom (``read_and_answer``): each step is a function that returns
+to it, and the run's context passes through each step's module once.
 
-    rank      BM25 over the question, with the figure prior (``protocols.search.ranking.lexical_rank``), fused with
-              meaning where an embedding model is to hand (``rank``: as a library ranks its own)
-    read      evidence-first jobs (``protocols.evidence.jobs``) over the best ``read_chunks``: each picks the sentence
-    of
-              its chunk that answers (named by its line's label where the local model reports
-              log-probabilities, else chosen through a schema); where the backend says what a prompt costs,
-              the chunks past ``read_tokens`` new prompt tokens are quoted by words instead (``within_budget``)
-    evidence  what is passed on, in rank order: each chunk's quote (or the chunk, where a job found nothing)
+    rank      the chunks, best first: by words (BM25 over the question, with the figure prior:
+              ``protocols.search.ranking.lexical_rank``), fused with meaning where an embedding model is to hand
+              (``rank``: as a library ranks its own); a library's ranking instead where the run was given one
+    budget    the best ``read_chunks``; where the backend says what a prompt costs, the chunks past ``read_tokens``
+              new prompt tokens are quoted by words instead of read (``within_budget``)
+    jobs      evidence-first jobs over them (``jobs.read_chunks``): each picks the sentence of its chunk that
+              answers (named by its line's label where the local model reports log-probabilities, else chosen
+              through a schema)
+    cite      each quote checked against its chunk and placed; what is passed on, in rank order: each chunk's quote
+              (or the chunk, where its job found nothing) (``citations.aggregate``, ``citations.evidence``)
+    quotes    the quotes re-ordered by how well they alone match the question (``quotes.best_quotes``)
+    answer    the best quote with its place (``quotes.local_answer``); a closed question's choice on the quotes
+              (``choosing``), or a capable model's answer written from them (``written``)
 
 The chunks keep their order by words: on FinanceBench, re-ordering them by the local model's scores (yes/no, as
 jobs then scored sentences) made recall at 1 and 5 worse (0.19 to 0.07 and 0.41 to 0.33 on 29 questions,
@@ -27,63 +33,55 @@ from minions.chunking import Chunk
 from minions.types import ChatRequest, SamplingParams
 
 from ..context import RunContext
-from ..result import Evidence, JobRecord
 from ..search.meaning import rank_loaded
 from ..search.ranking import Ranked, lexical_rank
-from .citations import Finding
-from .jobs import Job, job_request, run_jobs, scores_sentences
+from .choosing import choice_answer, choose
+from .citations import aggregate, evidence
+from .jobs import job_request, read_chunks
+from .quotes import best_quotes, local_answer
+from .written import written_answer
 
-__all__ = [
-    "BY_WORDS",
-    "RANKED_SHOWN",
-    "PromptCounter",
-    "Reading",
-    "by_words",
-    "chunk_evidence",
-    "evidence",
-    "finding_evidence",
-    "rank",
-    "read",
-    "within_budget",
-]
+__all__ = ["MAX_CITATIONS", "RANKED_SHOWN", "PromptCounter", "rank", "read_and_answer", "within_budget"]
 
-BY_WORDS = "quoted by words: past the prompt tokens the local model may compute for a question (read_tokens)"
-"""A job record's explanation where the model did not read the chunk (``by_words``)."""
+MAX_CITATIONS = 5
+"""The quotes an answer keeps as its citations, best first."""
 RANKED_SHOWN = 20
 """The head of the ranking kept in ``RunContext.reading["ranked"]`` (document, chunk index), best first."""
 
 
-class Reading:
-    """The outcome of ``read``: the chunks in their final order, the jobs that read them, best first."""
-
-    def __init__(self, ranked: list[Ranked], jobs: list[Job], records: list[JobRecord]) -> None:
-        self.ranked = ranked
-        self.jobs = jobs
-        self.records = records
-
-    def passed_on(self, k: int) -> list[tuple[Ranked, Job]]:
-        """The best ``k`` chunks that a job read, with their job (the jobs read the head of the ranking, in order)."""
-        return list(zip(self.ranked, self.jobs, strict=False))[:k]
-
-
-def read(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str | None = None) -> Reading:
-    """Rank ``chunks`` for ``question`` (BM25 over ``query``, default the question; ``ctx.ranking`` instead when
-    the run was given one) and run the evidence jobs over the best ``read_chunks``."""
-    total = len(chunks)
+def read_and_answer(ctx: RunContext, chunks: Sequence[Chunk]) -> None:
+    """Rank ``chunks`` for the task (``ctx.ranking`` instead where the run was given one), read the best within the
+    budget, and set the run's evidence, citations and answer (the steps: the module's docstring)."""
+    o, question = ctx.options, ctx.task
+    # rank
     if ctx.ranking is not None:
         ranked, total = list(ctx.ranking.ranked), ctx.ranking.chunks
     else:
-        ranked = rank(ctx, chunks, question, query=query)
-    n = min(ctx.options.read_chunks, len(ranked))
-    jobs = [Job(ctx.next_job_id + i, 1, question, r.chunk, knowledge=ctx.knowledge) for i, r in enumerate(ranked[:n])]
-    by_model = within_budget(ctx, jobs)
-    read_records = iter(run_jobs(ctx, [j for j, model in zip(jobs, by_model, strict=True) if model]))
-    records = [next(read_records) if model else by_words(job) for job, model in zip(jobs, by_model, strict=True)]
-    ctx.jobs.extend(r for r, model in zip(records, by_model, strict=True) if not model)
-    ctx.jobs.sort(key=lambda r: r.job_id)
+        ranked, total = rank(ctx, chunks, question), len(chunks)
+    # budget
+    head = [r.chunk for r in ranked[: min(o.read_chunks, len(ranked))]]
+    by_model = within_budget(ctx, question, head)
+    # jobs
+    read = read_chunks(ctx, question, head, by_model)
+    jobs, records = read.jobs, read.records
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]
-    _count(ctx, total, n, ranked, scored=scores_sentences(ctx), by_words=by_model.count(False))
-    return Reading(ranked, jobs, records)
+    _count(ctx, total, len(head), ranked, scored=read.scored, by_words=by_model.count(False))
+    # cite
+    checked, findings = aggregate(ctx.jobs, {j.job_id: j.chunk for j in jobs}, {d.name: d for d in ctx.documents})
+    ctx.jobs[:] = checked
+    ctx.evidence = evidence([(r.chunk, r.score, j.job_id) for r, j in zip(ranked, jobs, strict=False)], findings)
+    # quotes
+    by_job = {f.job_id: f for f in findings if f.citation is not None}
+    quoted = best_quotes([by_job[j.job_id] for j in jobs if j.job_id in by_job], question, ctx.knowledge)
+    ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
+    # answer
+    failed = sum(r.failed_in_backend for r in records)
+    ctx.best_answer = local_answer(quoted, read=len(jobs) - failed, chunks=total, failed=failed)
+    choice = choose(ctx, ctx.citations)
+    if choice is not None:
+        ctx.best_answer = choice_answer(choice, ctx.citations[0])
+    else:
+        ctx.best_answer = written_answer(ctx, ctx.citations, ctx.best_answer)
 
 
 def rank(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str | None = None) -> list[Ranked]:
@@ -110,29 +108,22 @@ class PromptCounter(Protocol):
     def prompt_tokens(self, requests: Sequence[ChatRequest]) -> list[int]: ...
 
 
-def within_budget(ctx: RunContext, jobs: Sequence[Job]) -> list[bool]:
-    """Which of ``jobs`` (best first) the local model reads: the first, then each whose prompt still fits in
-    ``RunOptions.read_tokens`` after those before it; all where there is no limit, where the backend cannot say
-    what a prompt costs, or where it runs on another machine (a server past this device computes on its own)."""
+def within_budget(ctx: RunContext, question: str, chunks: Sequence[Chunk]) -> list[bool]:
+    """Which of ``chunks`` (best first) the local model reads for ``question``: the first, then each whose job's
+    prompt still fits in ``RunOptions.read_tokens`` after those before it; all where there is no limit, where the
+    backend cannot say what a prompt costs, or where it runs on another machine (a server past this device
+    computes on its own)."""
     budget = ctx.options.read_tokens
     local = ctx.local
-    if budget is None or not jobs or not isinstance(local, PromptCounter) or not local.capabilities.local:
-        return [True] * len(jobs)
-    costs = local.prompt_tokens([job_request(j.instruction, j.chunk, SamplingParams()) for j in jobs])
+    if budget is None or not chunks or not isinstance(local, PromptCounter) or not local.capabilities.local:
+        return [True] * len(chunks)
+    costs = local.prompt_tokens([job_request(question, c, SamplingParams()) for c in chunks])
     chosen, spent = [], 0
     for i, cost in enumerate(costs):
         read = i == 0 or spent + cost <= budget
         spent += cost if read else 0
         chosen.append(read)
     return chosen
-
-
-def by_words(job: Job) -> JobRecord:
-    """A job the model did not read: its chunk's best sentence by words (``quotes.candidates``), quoted."""
-    best = job.options[0].text if job.options else None
-    c = job.chunk
-    return JobRecord(job.job_id, job.round, job.instruction, c.document, c.index, tuple(c.pages), attempts=0,
-                     ok=best is not None, answer=best, citation=best, explanation=BY_WORDS)  # fmt: skip
 
 
 def _count(ctx: RunContext, chunks: int, read: int, ranked: Sequence[Ranked], *, scored: bool, by_words: int) -> None:
@@ -152,21 +143,3 @@ def _count(ctx: RunContext, chunks: int, read: int, ranked: Sequence[Ranked], *,
         f"sentence is {how}",
         ranked=[[r.chunk.document, r.chunk.index] for r in ranked[:RANKED_SHOWN]],
     )
-
-
-def chunk_evidence(chunk: Chunk, *, kind: str = "chunk", score: float | None = None) -> Evidence:
-    return Evidence(chunk.document, chunk.text, chunk.start, chunk.end, tuple(chunk.pages), kind, score)
-
-
-def finding_evidence(finding: Finding | None, chunk: Chunk, score: float | None = None) -> Evidence:
-    """What is shown of a job over ``chunk``: its quote, with its place, when it found one; else the chunk."""
-    c = finding.citation if finding is not None else None
-    if c is None:
-        return chunk_evidence(chunk, score=score)
-    return Evidence(c.document, c.text, c.start, c.end, c.pages, "quote", score)
-
-
-def evidence(passed: Sequence[tuple[Ranked, Job]], findings: Sequence[Finding]) -> list[Evidence]:
-    """What is passed on, best first: each chunk's quote when its job found one, else the chunk."""
-    by_job = {f.job_id: f for f in findings}
-    return [finding_evidence(by_job.get(job.job_id), r.chunk, r.score) for r, job in passed]
