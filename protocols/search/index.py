@@ -190,8 +190,7 @@ def _appended(
         return VectorMatrix(ids, docs, spots, rows)
     if len(matrix.chunks) and ids.min() < matrix.chunks[-1]:  # not after the last: sorted again, as read
         both = matrix.appended(ids, docs, spots, rows)
-        order = np.argsort(both.chunks, kind="stable")
-        return VectorMatrix(both.chunks[order], both.documents[order], both.places[order], both.rows[order])
+        return both.reordered(np.argsort(both.chunks, kind="stable"))
     return matrix.appended(ids, docs, spots, rows)
 
 
