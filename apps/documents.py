@@ -153,6 +153,7 @@ class AppDocuments:
         self.carried = self.carry_over(root)
         """The documents of an app folder of the earlier layout, now in the library."""
         self.library.load_in_background()  # the app's and the API's first question does not wait for it
+        self.library.embed_in_background()  # vectors a build left missing (minions index): added meanwhile
         if self.carried:
             self._embed_in_background()
 

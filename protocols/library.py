@@ -39,6 +39,7 @@ from minions.documents import Document, load_document
 from minions.documents.files import contained, linked_folders, read_contained, sha256_file, walk
 from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
+from .background import EmbeddingLock, EmbedStatus, embedding_status, resume_embedding
 from .chunk_states import ChunkStateProgress, PrefixSaver, save_chunk_states
 from .factory import get_protocol
 from .options import RunOptions, default_protocol
@@ -196,6 +197,10 @@ class Library:
                                       else beside)  # fmt: skip
         """A user's glossary (pattern -> words added to a question that names it): ``glossary``, else the file
         ``GLOSSARY_FILE`` beside the index, else none."""
+        self.embedding_spec = embeddings if isinstance(embeddings, str) else "" if embeddings is None else None
+        """How a background process names the embedding model again (``embed_in_background``): the spec given,
+        "" for the default ($MINIONS_EMBEDDINGS, else auto), None for an embedder object (it cannot)."""
+        self.allow_egress = allow_egress
         self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
         """The model that gives each chunk a meaning vector (``backends.embeddings``; "auto" by default, None: the
         library searches by words alone). A question's meaning search is refused while the index holds another
@@ -316,11 +321,33 @@ class Library:
         time); the number embedded (0 without an embedding model). ``again``: every stored vector is dropped
         first and computed again (``minions index --reembed``: after a change of model). Vectors of another model
         than this library's embedder are dropped in any case: a library's vectors are one model's."""
+        if self.index.path == ":memory:" or (self.embedder is None and not again):
+            return self._embed(on_progress, again)
+        lock = EmbeddingLock(self.index.path)
+        if not lock.acquire(wait=False):
+            log.info("another process is embedding %s: waiting for it", self.index.path)
+            lock.acquire()
+        try:
+            return self._embed(on_progress, again)
+        finally:
+            lock.release()
+
+    def _embed(self, on_progress: Callable[[EmbedProgress], None] | None, again: bool) -> int:
         if again:
             self.index.drop_vectors()
         if self.embedder is None:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)
+
+    def embed_in_background(self) -> EmbedStatus | None:
+        """Give the chunks without a vector theirs in a process of their own, unless one is at it already
+        (``protocols.background``): questions meanwhile are answered by words where vectors are missing. Its
+        status; None where it cannot (no model, a library in memory, an embedder object given)."""
+        return resume_embedding(self)
+
+    def embedding_status(self) -> EmbedStatus:
+        """Chunks embedded of all, whether a process is adding vectors, and their model."""
+        return embedding_status(self)
 
     def _add_one(self, item: Path | Document, roots: list[Path] | None = None) -> IndexedDocument | None:
         if isinstance(item, Document):
@@ -410,9 +437,18 @@ class Library:
             missing = [n for n in documents if n not in {d.name for d in self.index.documents()}]
             if missing:
                 self.document(missing[0])  # raises, naming what there is
-        return search_library(
+        found = search_library(
             self.index, question, documents=documents, k=k, embedder=self.embedder, glossary=self.glossary
         )
+        if self.embedder is None or found.ranking.about.get("meaning") != self.embedder.name:
+            return found
+        embedded, total = self.index.vector_bytes()[0], self.index.chunk_count()
+        if embedded >= total:
+            return found
+        # while vectors are being added: the chunks without one are found by their words alone, and it says so
+        partial = f"{self.embedder.name}: {embedded:,} of {total:,} chunks so far, the rest by words"
+        ranking = replace(found.ranking, about={**found.ranking.about, "meaning": partial})
+        return replace(found, ranking=ranking)
 
     def sources(
         self,

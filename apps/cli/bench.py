@@ -1,5 +1,5 @@
-"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache``: each benchmark (``evals.bench``) as a
-command that prints one JSON line per setting.
+"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache|vectors``: each benchmark
+(``evals.bench``) as a command that prints one JSON line per setting.
 
 A benchmark's options are its config's fields (``evals.bench.options.option``): ``add_config_options`` makes them,
 ``config_from`` reads them back; a parser here adds only what is not the config's (``--data``, what to print)."""
@@ -183,6 +183,21 @@ def _add_bench_cache_parser(kinds: Any) -> None:
     bench.set_defaults(func=cmd_bench_cache)
 
 
+def cmd_bench_vectors(args: argparse.Namespace) -> int:
+    from minions.evals.bench.vectors import VectorsBenchConfig, vectors_bench
+
+    return _print_lines(vectors_bench(config_from(VectorsBenchConfig, args)))
+
+
+def _add_bench_vectors_parser(kinds: Any) -> None:
+    from minions.evals.bench.vectors import VectorsBenchConfig
+
+    help_ = "a question's nearest chunks: every vector scored against the HNSW graph, by library size"
+    bench = kinds.add_parser("vectors", help=help_)
+    add_config_options(bench, VectorsBenchConfig)
+    bench.set_defaults(func=cmd_bench_vectors)
+
+
 def _add_data_option(parser: Any, what: str) -> None:
     parser.add_argument("--data", help=f"{what} (default: ${DATA_ENV}/financebench)")
 
@@ -203,6 +218,7 @@ def add_bench_parser(sub: Any) -> None:
     _add_bench_fleet_parser(kinds)
     _add_bench_embed_parser(kinds)
     _add_bench_cache_parser(kinds)
+    _add_bench_vectors_parser(kinds)
 
 
 _Config = TypeVar("_Config")

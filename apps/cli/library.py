@@ -3,6 +3,7 @@ take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.ap
 
     minions index FILE|FOLDER... [--library DIR] [--warm]    per file: pages, chunks, added/unchanged/skipped, ETA
     minions index --watch FOLDER...     the same, then the folders kept in sync: a line per file changed, until Ctrl-C
+    minions index --status              the meaning vectors: chunks embedded of all, the background process adding them
     minions cache [--json] | minions cache clear
     minions bench cache --document 10K.pdf [--question Q ...]
 """
@@ -40,6 +41,14 @@ def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPa
         help="read files and folders that links lead to outside the folders named (skipped otherwise)",
     )
     index.add_argument("--json", action="store_true", help="print one JSON line per file")
+    index.add_argument(
+        "--status",
+        action="store_true",
+        help="the meaning vectors: chunks embedded, and the process adding them",
+    )
+    index.add_argument(
+        "--wait", action="store_true", help="compute the meaning vectors before returning (default: in the background)"
+    )
     index.add_argument(
         "--reembed",
         action="store_true",
@@ -127,6 +136,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         elif p.done >= p.total:
             print(embed_line(p), file=sys.stderr, flush=True)
 
+    if args.status:
+        with library:
+            return _status(library, args.json)
     if not args.files and not args.reembed:
         raise MinionsError("Name the documents or folders to add (or --reembed to compute the vectors again).")
     if args.watch:
@@ -138,16 +150,17 @@ def cmd_index(args: argparse.Namespace) -> int:
         if args.reembed:
             raise MinionsError("--reembed needs an embedding model: set MINIONS_EMBEDDINGS (auto, onnx/<folder>, ...).")
         print("the library searches by words alone (no embedding model): MINIONS_EMBEDDINGS names one", file=sys.stderr)
-    if args.reembed and not args.files:
+    if args.reembed and not args.files and args.wait:
         with library:
             count = library.embed(embedded, again=True)
         print(f"library {library.index.path}: {count} chunks embedded again with {library.embedder.name}")
         return 0
     if args.reembed:
-        library.index.drop_vectors()  # the add below computes them all again
+        library.index.drop_vectors()  # computed again below, or by the background process
     with library:
         report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
-                             follow_links=args.follow_links)  # fmt: skip
+                             follow_links=args.follow_links, embed=args.wait)  # fmt: skip
+        background = None if args.wait else library.embed_in_background()
         docs = library.documents
         summary = (
             f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
@@ -158,15 +171,32 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": True, "added": len(report.added), "unchanged": len(report.unchanged),
                           "skipped": report.skipped, "documents": len(docs), "index_s": round(report.seconds, 2),
                           "embedded": report.embedded, "embed_s": round(report.embed_seconds, 2),
-                          "disk_bytes": library.disk_bytes()}))  # fmt: skip
+                          "disk_bytes": library.disk_bytes(),
+                          "meaning": background.to_dict() if background else None}))  # fmt: skip
     else:
         for name, why in report.skipped:
             print(f"skipped {name}: {why}", file=sys.stderr)
         print(summary)
+        if background is not None and not background.complete:
+            print(f"meaning is being added in the background ({background.embedded:,}/{background.total:,} chunks so "
+                  f"far, pid {background.pid}): questions meanwhile are answered by words; minions index --status "
+                  "shows how far it is")  # fmt: skip
         if args.warm:
             print(cache_summary())
     if not report.added and not report.unchanged:
         raise MinionsError("No document could be added: " + "; ".join(f"{f}: {why}" for f, why in report.skipped))
+    return 0
+
+
+def _status(library: Any, as_json: bool) -> int:
+    """``minions index --status``: the library's documents, and where its meaning vectors stand."""
+    status = library.embedding_status()
+    docs = library.documents
+    if as_json:
+        print(json.dumps({"library": library.index.path, "documents": len(docs), **status.to_dict()}))
+    else:
+        print(f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}")
+        print(status.line())
     return 0
 
 

@@ -115,6 +115,7 @@ def _ask_library(
     from minions.apps.cli.library import open_library
 
     with open_library(args, local=local, remote=remote, protocol=protocol, **options) as library:
+        library.embed_in_background()  # vectors a build left missing: added meanwhile, this question by words
         return ask_library(library, question, names, events=events)
 
 

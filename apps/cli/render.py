@@ -178,6 +178,9 @@ def _library_line(library: Any, timings: Any) -> str:
     parts = parts or [f"search {library.get('search_s', 0) * 1000:.0f} ms"]
     parts += [f"prefill {timings['local_prefill_s']:.1f} s"] if "local_prefill_s" in timings else []
     parts += [f"decode {timings['local_decode_s']:.1f} s"] if "local_decode_s" in timings else []
+    meaning = str(library.get("meaning", ""))
+    if "words" in meaning:  # vectors still being added (minions index --status): found by words where missing
+        head += f"; meaning {meaning}"
     return f"{head}; " + ", ".join(parts)
 
 

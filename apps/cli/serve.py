@@ -151,6 +151,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         on_progress=lambda p: print(add_line(p), file=sys.stderr, flush=True),
     )  # fmt: skip
     server.library.load_in_background()  # the first search does not wait for the embedding model's load
+    server.library.embed_in_background()  # and vectors a build left missing are added meanwhile
     try:
         server.start_watching()
         if config is None:

@@ -40,6 +40,7 @@ from minions.documents import load_document
 from minions.evals.errors import EvalError
 from minions.protocols.search.meaning import chunk_header
 
+from .machine import cpu_model, load_avg
 from .options import option
 
 __all__ = ["WAYS", "EmbedBenchConfig", "bench_chunks", "embed_bench"]
@@ -108,16 +109,6 @@ def _neighbours_shared(a: np.ndarray, b: np.ndarray, k: int = 10) -> float:
     return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(near_a, near_b, strict=True)]))
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def embed_bench(data: Path, config: EmbedBenchConfig) -> Iterator[dict[str, Any]]:
     """The machine line, then one line per way (the module's docstring)."""
     unknown = [w for w in config.ways if w not in WAYS]
@@ -132,9 +123,9 @@ def embed_bench(data: Path, config: EmbedBenchConfig) -> Iterator[dict[str, Any]
     for name in config.ways:
         ways[name].embed(texts[:2])  # loads (and, for onnx-int8, quantizes once)
     yield {
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "load_avg": load_avg(),
         "model": str(folder),
         "chunks": len(texts),
         "mean_chars": round(sum(map(len, texts)) / len(texts)),
@@ -158,5 +149,5 @@ def embed_bench(data: Path, config: EmbedBenchConfig) -> Iterator[dict[str, Any]
             "cosine_min": round(float(cosines.min()), 4),
             "cosine_mean": round(float(cosines.mean()), 4),
             "neighbours_shared": round(_neighbours_shared(reference, vectors), 3),
-            "load_avg": [round(x, 2) for x in os.getloadavg()],
+            "load_avg": load_avg(),
         }

@@ -91,7 +91,7 @@ from ..gold import GoldEvidence
 from ..items import HALVES, EvalItem, half
 from .options import option
 
-__all__ = ["EvidenceBenchConfig", "evidence_bench"]
+__all__ = ["EvidenceBenchConfig", "evidence_bench", "mean_curve", "ranked_passages", "recall_curve"]
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def _page_passages(doc: Document, question: str) -> list[Evidence] | None:
     return [Evidence(doc.name, "", pages[i].start, pages[i].end, (pages[i].number,), "page") for i in best]
 
 
-def _passages(ranked: Sequence[Ranked], copies: Mapping[str, str] | None = None) -> list[Evidence]:
+def ranked_passages(ranked: Sequence[Ranked], copies: Mapping[str, str] | None = None) -> list[Evidence]:
     """The best ``DEPTH`` chunks as passages; ``copies``: a document that is a byte-identical copy of a gold one,
     named as that one (``_copies``)."""
     passages = [chunk_evidence(r.chunk, score=r.score) for r in ranked[:DEPTH]]
@@ -193,9 +193,9 @@ def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *
     line: dict[str, Any] = {}
     for where, documents in (("library", None), ("filing", gold))[: 2 if within else 1]:
         words = search_library(index, question, documents=documents, embedder=None, glossary=library.glossary)
-        line[f"{where}_words"] = _recall(item, _passages(words.ranking.ranked, copies))
+        line[f"{where}_words"] = recall_curve(item, ranked_passages(words.ranking.ranked, copies))
         near = index.meaning_search(asked, documents=documents, k=DEPTH)
-        line[f"{where}_meaning"] = _recall(item, _passages(near, copies))
+        line[f"{where}_meaning"] = recall_curve(item, ranked_passages(near, copies))
         fused = {
             f"{w:g}": search_library(
                 index,
@@ -208,16 +208,19 @@ def _meaning_lines(item: EvalItem, library: Library, weights: Sequence[float], *
             )
             for w in weights
         }
-        line[f"{where}_fused"] = {w: _recall(item, _passages(f.ranking.ranked, copies)) for w, f in fused.items()}
+        line[f"{where}_fused"] = {
+            w: recall_curve(item, ranked_passages(f.ranking.ranked, copies)) for w, f in fused.items()
+        }
         chunks = search_library(
             index, question, documents=documents, embedder=embedder, asked=asked, glossary=library.glossary,
             sentences=False,
         )  # fmt: skip
-        line[f"{where}_fused_chunks"] = _recall(item, _passages(chunks.ranking.ranked, copies))
+        line[f"{where}_fused_chunks"] = recall_curve(item, ranked_passages(chunks.ranking.ranked, copies))
     return line
 
 
-def _recall(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
+def recall_curve(item: EvalItem, passages: Sequence[Evidence] | None) -> Curve:
+    """``item``'s recall @1, @5, @10, @20 over ``passages`` (best first) against its gold evidence."""
     if passages is None:
         return None
     scores = evidence_scores(item, passages)
@@ -230,7 +233,7 @@ def _library_line(
     found = library.search(item.question)
     gold = sorted({g.document for s in item.evidence for g in s})
     line: dict[str, Any] = {
-        "library": _recall(item, _passages(found.ranking.ranked, _copies(item, library))),
+        "library": recall_curve(item, ranked_passages(found.ranking.ranked, _copies(item, library))),
         "routed": found.route.documents[:3] if found.route.routed else None,
         "routed_first": bool(found.route.routed and found.route.documents[0] in gold),
         "rank_ms": round(found.seconds * 1000, 2),
@@ -240,7 +243,7 @@ def _library_line(
     if local is not None:
         result = library.ask(item.question)
         line.update(
-            library_shown=_recall(item, result.evidence),
+            library_shown=recall_curve(item, result.evidence),
             library_wall_s=round(result.timings.get("total_s", 0.0) + found.seconds, 2),
         )
     return line
@@ -295,8 +298,8 @@ def _item_line(
         "pages": len(docs[0].pages),
         "chunks": len(chunks),
         "gold_pages": sorted({p for s in item.evidence for g in s for p in g.pages}),
-        "pages_bm25": _recall(item, _page_passages(docs[0], item.question)),
-        "rag": _recall(item, _passages(by_words)),
+        "pages_bm25": recall_curve(item, _page_passages(docs[0], item.question)),
+        "rag": recall_curve(item, ranked_passages(by_words)),
         "load_s": round(loaded - started, 2),
     }
     if local is None:
@@ -304,8 +307,8 @@ def _item_line(
     result = _local_run(local, item, docs, config)
     ranked = [chunk_evidence(c) for c in _ranked_chunks(result.reading, chunks)]
     line.update(
-        ranking=_recall(item, ranked) if ranked else None,
-        shown=_recall(item, result.evidence),
+        ranking=recall_curve(item, ranked) if ranked else None,
+        shown=recall_curve(item, result.evidence),
         cited_pages=[list(c.pages) for c in result.citations[:3]],
         read=[_read(j, e) for j, e in zip(result.jobs, result.evidence, strict=False)],
         picks=_picks(item, result.jobs, {(c.document, c.index): c for c in chunks}),
@@ -337,7 +340,7 @@ def _compared(item: EvalItem, ours: RunResult, theirs: RunResult) -> dict[str, A
     pairs = [(j, theirs_by_chunk[(j.document, j.chunk)]) for j in ours.jobs if (j.document, j.chunk) in theirs_by_chunk]
     both = [(a.citation, b.citation) for a, b in pairs if a.ok and b.ok]
     return {
-        "shown": _recall(item, theirs.evidence),
+        "shown": recall_curve(item, theirs.evidence),
         "read": len(both),
         "same_quotes": sum(a == b for a, b in both),
         "failed": len(pairs) - len(both),
@@ -395,7 +398,8 @@ def _ranked_chunks(reading: Mapping[str, Any], chunks: Sequence[Chunk]) -> list[
     return [by_place[(d, i)] for d, i in reading.get("ranked", ()) if (d, i) in by_place]
 
 
-def _curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None:
+def mean_curve(lines: Sequence[dict[str, Any]], key: str) -> dict[str, float] | None:
+    """The mean of the curves ``lines`` hold under ``key`` (None where none holds one)."""
     rows = [line[key] for line in lines if isinstance(line.get(key), dict)]
     if not rows:
         return None
@@ -408,9 +412,9 @@ def _curves(lines: Sequence[dict[str, Any]], keys: Sequence[str]) -> dict[str, A
     for key in keys:
         if key.endswith("_fused"):
             by_weight = [line[key] for line in lines if key in line]
-            out[key] = {w: _curve(by_weight, w) for w in by_weight[0]} if by_weight else None
+            out[key] = {w: mean_curve(by_weight, w) for w in by_weight[0]} if by_weight else None
         else:
-            out[key] = _curve(lines, key)
+            out[key] = mean_curve(lines, key)
     return out
 
 
@@ -491,7 +495,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         )
     compared = [line["compare"] for line in lines if "compare" in line]
     if compared:
-        summary["compare_shown"] = _curve(compared, "shown")
+        summary["compare_shown"] = mean_curve(compared, "shown")
         same, read = sum(c["same_quotes"] for c in compared), sum(c["read"] for c in compared)
         summary["same_quotes"] = {"same": same, "read": read, "rate": round(same / read, 3) if read else None}
         summary["compare_failed"] = sum(c["failed"] for c in compared)

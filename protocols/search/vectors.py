@@ -6,7 +6,9 @@ their length: a question of another model is refused, and vectors of another mod
 embeds with a new one, and computed again. A search reads them once into one float32 matrix (kept until the index
 changes; vectors added through the index are appended to it, ``VectorMatrix.appended``) and scores a question
 against every chunk of the documents it searches with one matrix product: numpy, no SQLite extension (this
-machine's Python cannot load one).
+machine's Python cannot load one). Past ``ann.ANN_FROM`` vectors a search of the whole library asks an HNSW graph
+of them instead (``search.ann``), built at the first search and grown as vectors are appended; below it, and for a
+search of some documents, every vector is scored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from .ann import Approximate, approximate
 
 __all__ = ["SCHEMA", "VectorMatrix", "load_matrix", "nearest", "similarities", "store_vectors", "unembedded"]
 
@@ -63,7 +67,24 @@ class VectorMatrix:
         for buffer, new in zip(buffers, (chunks, documents, places, rows), strict=True):
             buffer[n : n + more] = new
         c, d, p, r = (buffer[: n + more] for buffer in buffers)
-        return VectorMatrix(c, d, p, r)
+        out = VectorMatrix(c, d, p, r)
+        if (graph := self.__dict__.get("ann")) is not None:  # built already: grown, not built again
+            graph.add(chunks, rows)
+            out.__dict__["ann"] = graph
+        return out
+
+    def reordered(self, order: npt.NDArray[np.int64]) -> VectorMatrix:
+        """The same rows in ``order``, and the same graph (it is keyed by chunk id, not by row)."""
+        out = VectorMatrix(self.chunks[order], self.documents[order], self.places[order], self.rows[order])
+        if "ann" in self.__dict__:
+            out.__dict__["ann"] = self.__dict__["ann"]
+        return out
+
+    @functools.cached_property
+    def ann(self) -> Approximate | None:
+        """The HNSW graph of the rows, past ``ann.ANN_FROM`` of them (None below: searches score every row); built at
+        the first search that asks for it, grown by ``appended``."""
+        return approximate(self.chunks, self.rows)
 
     @functools.cached_property
     def row_of(self) -> dict[tuple[int, int], int]:
@@ -126,12 +147,20 @@ def similarities(
 
 
 def nearest(
-    matrix: VectorMatrix, query: npt.NDArray[np.float32], documents: Sequence[int] | None, k: int
+    matrix: VectorMatrix,
+    query: npt.NDArray[np.float32],
+    documents: Sequence[int] | None,
+    k: int,
+    *,
+    exact: bool = False,
 ) -> list[tuple[int, float]]:
     """The ``k`` chunks (of ``documents``' ids; None: all) whose vectors are closest to ``query`` (cosine, both of
-    length 1): (chunk id, similarity), closest first, ties by chunk id."""
+    length 1): (chunk id, similarity), closest first, ties by chunk id. Over the whole library past ``ANN_FROM``
+    vectors by the graph (``exact``: every vector scored all the same, as below it)."""
     if query.shape[-1] != matrix.rows.shape[1]:
         return []  # vectors of another model than the question's: nothing comparable
+    if not exact and documents is None and 0 < k < len(matrix.chunks) and matrix.ann is not None:
+        return _approximate_nearest(matrix, matrix.ann, query, k)
     keep = np.isin(matrix.documents, np.asarray(documents, dtype=np.int64)) if documents is not None else None
     rows = matrix.rows if keep is None else matrix.rows[keep]
     ids = matrix.chunks if keep is None else matrix.chunks[keep]
@@ -140,4 +169,15 @@ def nearest(
     scores = rows @ query.reshape(-1)
     top = np.argpartition(-scores, min(k, len(ids)) - 1)[:k] if k < len(ids) else np.arange(len(ids))
     order = sorted(top.tolist(), key=lambda i: (-float(scores[i]), int(ids[i])))
+    return [(int(ids[i]), float(scores[i])) for i in order]
+
+
+def _approximate_nearest(
+    matrix: VectorMatrix, graph: Approximate, query: npt.NDArray[np.float32], k: int
+) -> list[tuple[int, float]]:
+    """``nearest`` over the whole library by the graph: which chunks are found is approximate, their scores are
+    exact (their rows, found by chunk id: the matrix is sorted by it)."""
+    ids = graph.search(query, k)
+    scores = matrix.rows[np.searchsorted(matrix.chunks, ids)] @ query.reshape(-1)
+    order = sorted(range(len(ids)), key=lambda i: (-float(scores[i]), int(ids[i])))
     return [(int(ids[i]), float(scores[i])) for i in order]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -46,21 +47,61 @@ def test_a_folder_indexed_then_asked_as_a_library_answers_from_the_document_name
     assert "According to harbor-2025.md" in capsys.readouterr().out
 
 
-def test_index_reembed_computes_every_vector_again_with_the_model_named(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _folder_with_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: dict[str, str]) -> Path:
+    """A folder of ``texts`` (name: text), with the shipped embedding model run by ONNX Runtime."""
     from minions.backends.embeddings import _shipped_model
 
     monkeypatch.setenv("MINIONS_EMBEDDINGS", f"onnx/{_shipped_model()}")
     folder = tmp_path / "docs"
     folder.mkdir()
-    (folder / "notes.md").write_text(NOTES)
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_index_reembed_computes_every_vector_again_with_the_model_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.backends.embeddings import _shipped_model
+
+    folder = _folder_with_the_model(tmp_path, monkeypatch, {"notes.md": NOTES})
     library = tmp_path / "library"
-    assert main(["index", str(folder), "--library", str(library), "--json"]) == 0
+    assert main(["index", str(folder), "--library", str(library), "--json", "--wait"]) == 0
     embedded = json.loads(capsys.readouterr().out.splitlines()[-1])["embedded"]
     assert embedded > 0
     monkeypatch.setenv("MINIONS_EMBEDDINGS", f"sentence-transformers/{_shipped_model()}")  # the same model by PyTorch
-    assert main(["index", "--reembed", "--library", str(library)]) == 0
+    assert main(["index", "--reembed", "--library", str(library), "--wait"]) == 0
     assert f"{embedded} chunks embedded again with sentence-transformers/model" in capsys.readouterr().out
     assert main(["index", "--library", str(library)]) == 2  # nothing named, nothing to do
     assert "--reembed" in capsys.readouterr().err
+
+
+def test_index_returns_with_the_words_and_the_vectors_follow_in_the_background(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from minions.protocols.background import lock_path
+
+    folder = _folder_with_the_model(tmp_path, monkeypatch, {DEMO.name: DEMO.read_text(), "harbor-2025.md": OTHER})
+    library = tmp_path / "library"
+    assert main(["index", str(folder), "--library", str(library), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert summary["embedded"] == 0 and summary["added"] == 2  # the words only: the vectors are the process's
+    meaning = summary["meaning"]
+    assert meaning["total"] > 0 and meaning["pid"] and meaning["model"]
+
+    def status() -> dict[str, object]:
+        assert main(["index", "--status", "--json", "--library", str(library)]) == 0
+        return dict(json.loads(capsys.readouterr().out))
+
+    first = status()
+    assert first["total"] == meaning["total"] and first["documents"] == 2
+    deadline = time.monotonic() + 600  # generous: two shared cores; the condition, not the time, is asserted
+    while (now := status())["running"]:
+        assert time.monotonic() < deadline, f"the background embedding did not finish: {now}"
+        time.sleep(0.5)
+    assert now["embedded"] == now["total"] == meaning["total"] and not now["running"] and now["log"] is None
+    assert lock_path(str(library / "library.sqlite")).is_file()
+    assert main(["index", "--status", "--library", str(library)]) == 0
+    assert f"{meaning['total']}/{meaning['total']} chunks embedded" in capsys.readouterr().out
+    assert main(["index", str(folder), "--library", str(library)]) == 0  # all there: nothing to resume
+    assert "in the background" not in capsys.readouterr().out

@@ -46,7 +46,7 @@ def away(
 def test_ask_and_cache_show_what_left_to_be_embedded(
     away: EmbeddingsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["index", str(EXAMPLE), "--json"]) == 0
+    assert main(["index", str(EXAMPLE), "--json", "--wait"]) == 0
     indexing = list(away.requests)
     sent = sum(len(t.encode("utf-8")) for r in indexing for t in r.inputs)
     capsys.readouterr()

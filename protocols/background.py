@@ -1,0 +1,253 @@
+"""A library's meaning vectors computed by a process of their own, while its words already answer.
+
+    minions index ~/filings/       # back at the prompt when the words are indexed; the vectors follow
+    minions index --status         # 12,400/34,274 chunks embedded (all-MiniLM-L6-v2), running (pid 4242)
+
+``resume_embedding(library)`` starts ``python -m minions.protocols.background INDEX`` detached (its own session, its
+output in ``INDEX-embedding.log``) where chunks have no vector and no such process runs; ``minions index``,
+``minions ask --library``, ``minions mcp``/``serve`` and the app call it, so a build stopped (a reboot, Ctrl-C,
+the machine asleep) goes on where it stopped (``Library.embed``'s cursor) at the next of them.
+
+One embedding at a time a library: ``Library.embed`` holds ``EmbeddingLock``, an exclusive ``flock`` on
+``INDEX-embedding.pid`` (the holder's pid written in it). The kernel lets it go when its process ends however it
+ends, so a crashed build never leaves a stale lock, and ``embedding_status`` says "running" exactly while one holds
+it. The SDK's ``Library.add`` still embeds before it returns: the background is for the command line and servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .library import Library
+
+__all__ = ["EmbedStatus", "EmbeddingLock", "embedding_status", "lock_path", "log_path", "main", "resume_embedding"]
+
+log = logging.getLogger(__name__)
+
+LOCK_SUFFIX = "-embedding.pid"
+"""Beside the index (``library.sqlite-embedding.pid``): locked while a process embeds the library's chunks."""
+LOG_SUFFIX = "-embedding.log"
+"""Beside the index: what the background process said (its last run's), read by ``--status`` when it failed."""
+
+
+def lock_path(index_path: str) -> Path:
+    return Path(index_path + LOCK_SUFFIX)
+
+
+def log_path(index_path: str) -> Path:
+    return Path(index_path + LOG_SUFFIX)
+
+
+class EmbeddingLock:
+    """The one embedding of the library whose index is at ``index_path``: ``acquire`` takes an exclusive ``flock``
+    on ``lock_path`` (waiting for it, or not), and writes this process's pid there. Re-entrant within a thread (the
+    background process holds it around ``Library.embed``, which takes it too); two threads or two processes take
+    turns."""
+
+    _held: ClassVar[dict[tuple[str, int], tuple[IO[str], int]]] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, index_path: str) -> None:
+        self.path = lock_path(index_path)
+        self._key = (str(self.path), 0)
+
+    def acquire(self, *, wait: bool = True) -> bool:
+        import fcntl
+
+        key = (str(self.path), threading.get_ident())
+        with self._guard:
+            if key in self._held:
+                file, depth = self._held[key]
+                self._held[key] = (file, depth + 1)
+                self._key = key
+                return True
+        file = self.path.open("a+", encoding="ascii")
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            file.close()
+            return False
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        with self._guard:
+            self._held[key] = (file, 1)
+        self._key = key
+        return True
+
+    def adopt(self, fd: int) -> None:
+        """Hold the lock through ``fd``, a descriptor of the lock file locked by the process that started this one
+        (the lock is the open file's, shared across the exec: no moment in between when it looks free)."""
+        key = (str(self.path), threading.get_ident())
+        with self._guard:
+            self._held[key] = (os.fdopen(fd, "a+", encoding="ascii"), 1)
+        self._key = key
+
+    def handed_on(self, pid: int) -> int:
+        """The descriptor to hand to process ``pid`` (``adopt``), whose pid the lock file now names (held)."""
+        file, _ = self._held[self._key]
+        file.truncate(0)
+        file.write(f"{pid}\n")
+        file.flush()
+        return file.fileno()
+
+    def release(self) -> None:
+        with self._guard:
+            file, depth = self._held.pop(self._key)
+            if depth > 1:
+                self._held[self._key] = (file, depth - 1)
+                return
+        file.close()  # closing the last descriptor lets the flock go
+
+    def __enter__(self) -> EmbeddingLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def holder(self) -> int | None:
+        """The pid of the process embedding now (None: none is)."""
+        if not self.path.exists():
+            return None
+        if self.acquire(wait=False):
+            self.release()
+            return None
+        try:
+            return int(self.path.read_text(encoding="ascii").split()[0])
+        except (OSError, ValueError, IndexError):  # written a moment after the lock is taken
+            return -1
+
+
+@dataclass(frozen=True)
+class EmbedStatus:
+    """Where a library's meaning vectors stand: chunks with a vector of all, whether a process is adding them (its
+    pid), the model they are of, and the end of the last background run's log when none runs and some are missing
+    (why it stopped)."""
+
+    embedded: int
+    total: int
+    running: bool
+    pid: int | None
+    model: str | None
+    log: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.embedded >= self.total
+
+    def line(self) -> str:
+        """``12,400/34,274 chunks embedded (all-MiniLM-L6-v2), running (pid 4242)``."""
+        state = f"running (pid {self.pid})" if self.running else ("done" if self.complete else "stopped")
+        head = (
+            f"meaning vectors: {self.embedded:,}/{self.total:,} chunks embedded ({self.model or 'no model'}), {state}"
+        )
+        return head + (f"\n  its log ends: {self.log}" if self.log else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def embedding_status(library: Library) -> EmbedStatus:
+    """Where ``library``'s vectors stand (``EmbedStatus``), read from its index and its lock."""
+    index = library.index
+    embedded, total = index.vector_bytes()[0], index.chunk_count()
+    model = index.vector_model() or (library.embedder.name if library.embedder is not None else None)
+    pid = EmbeddingLock(index.path).holder() if index.path != ":memory:" else None
+    tail = None
+    if pid is None and embedded < total and log_path(index.path).is_file():
+        lines = log_path(index.path).read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        tail = lines[-1][:300] if lines else None
+    return EmbedStatus(embedded, total, pid is not None, pid, model, tail)
+
+
+def resume_embedding(library: Library) -> EmbedStatus | None:
+    """Start the background process that gives ``library``'s chunks their vectors, where some have none and none
+    runs; its status (None: nothing to do here, for a library without an embedding model, kept in memory, or with
+    an embedder object the process cannot make again). Called by everything that opens a library for the long
+    run: ``minions index``, ``ask --library``, ``mcp``, ``serve`` and the app."""
+    spec = library.embedding_spec
+    if library.embedder is None or library.index.path == ":memory:" or spec is None:
+        return None
+    status = embedding_status(library)
+    lock = EmbeddingLock(library.index.path)
+    if status.complete or status.running or not lock.acquire(wait=False):
+        return status
+    try:  # locked here, and the child inherits the locked file: it is running from the moment it is started
+        fd = lock.handed_on(-1)
+        command = [sys.executable, "-m", __name__, library.index.path, "--lock-fd", str(fd)]
+        command += ["--embeddings", spec] if spec else []
+        command += ["--allow-egress"] if library.allow_egress else []
+        with log_path(library.index.path).open("w", encoding="utf-8") as out:
+            child = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, pass_fds=(fd,)
+            )
+        lock.handed_on(child.pid)
+    finally:
+        lock.release()  # the child's descriptor holds it on
+    log.info("meaning vectors for %s: background process %d started", library.index.path, child.pid)
+    return EmbedStatus(status.embedded, status.total, True, child.pid, status.model)
+
+
+def run(index_path: str, embeddings: str | None, allow_egress: bool, lock_fd: int | None = None) -> int:
+    """The background process: embed every chunk without a vector, under the lock (``lock_fd``: handed on by the
+    process that started this one); again while documents were added meanwhile. Exits at once where another
+    holds the lock."""
+    from minions.backends.embeddings import vector_model_of
+
+    from .library import Library
+
+    lock = EmbeddingLock(index_path)
+    handed = lock_fd is not None
+    if lock_fd is not None:
+        lock.adopt(lock_fd)
+    with Library(index_path, embeddings=embeddings, allow_egress=allow_egress) as library:
+        if library.embedder is None:
+            print("no embedding model: the library is searched by words alone")
+            return 0
+        pinned, ours = library.index.vector_model(), vector_model_of(library.embedder)
+        if pinned is not None and pinned != ours and library.index.vector_bytes()[0]:  # never drop them unasked
+            print(
+                f"the library's vectors are of {pinned}, not {ours}: minions index --reembed replaces them", flush=True
+            )
+            return 2
+        while True:
+            if not handed and not lock.acquire(wait=False):
+                return 0  # another process is at it
+            handed = False
+            try:
+                done = 0
+                while n := library.embed():  # documents added while it ran: their chunks too
+                    done += n
+                print(f"embedded {done} chunks with {ours}")
+            finally:
+                lock.release()
+            if not library.index.unembedded(1):  # added between the last batch and the release: not left behind
+                return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minions.protocols.background", description=__doc__)
+    parser.add_argument("index", help="the library's index file")
+    parser.add_argument("--embeddings", help="the embedding model (default: $MINIONS_EMBEDDINGS, else auto)")
+    parser.add_argument("--allow-egress", action="store_true", help="the model may run on another machine")
+    parser.add_argument("--lock-fd", type=int, help="the lock file, locked, handed on by the process that started it")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args.index, args.embeddings, args.allow_egress, args.lock_fd)
+
+
+if __name__ == "__main__":  # run as the package's module, not as __main__: one EmbeddingLock, which Library uses
+    from minions.protocols.background import main as package_main
+
+    sys.exit(package_main())
