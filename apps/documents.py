@@ -49,6 +49,7 @@ from minions.errors import (
     MinionsError,
     UnreadableDocumentError,
 )
+from minions.protocols.background import resume_embedding
 from minions.protocols.library import AddProgress, Library, Sources
 from minions.protocols.options import RunOptions
 from minions.protocols.search.index import ChunkIndex, IndexedDocument, SqliteIndex
@@ -153,7 +154,7 @@ class AppDocuments:
         self.carried = self.carry_over(root)
         """The documents of an app folder of the earlier layout, now in the library."""
         self.library.load_in_background()  # the app's and the API's first question does not wait for it
-        self.library.embed_in_background()  # vectors a build left missing (minions index): added meanwhile
+        resume_embedding(self.library)  # vectors a build left missing (minions index): added meanwhile
         if self.carried:
             self._embed_in_background()
 

@@ -8,125 +8,28 @@ output in ``INDEX-embedding.log``) where chunks have no vector and no such proce
 ``minions ask --library``, ``minions mcp``/``serve`` and the app call it, so a build stopped (a reboot, Ctrl-C,
 the machine asleep) goes on where it stopped (``Library.embed``'s cursor) at the next of them.
 
-One embedding at a time a library: ``Library.embed`` holds ``EmbeddingLock``, an exclusive ``flock`` on
-``INDEX-embedding.pid`` (the holder's pid written in it). The kernel lets it go when its process ends however it
-ends, so a crashed build never leaves a stale lock, and ``embedding_status`` says "running" exactly while one holds
-it. The SDK's ``Library.add`` still embeds before it returns: the background is for the command line and servers.
+One embedding at a time a library (``protocols.embed_lock``): ``embedding_status`` says "running" exactly while a
+process holds the lock. The SDK's ``Library.add`` still embeds before it returns: the background is for the command
+line and servers. This module runs a ``Library`` (the process) and so sits above it; the library's own code never
+calls it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
-if TYPE_CHECKING:
-    from .library import Library
+from .embed_lock import EmbeddingLock, log_path
+from .library import Library
 
-__all__ = ["EmbedStatus", "EmbeddingLock", "embedding_status", "lock_path", "log_path", "main", "resume_embedding"]
+__all__ = ["EmbedStatus", "embedding_status", "main", "resume_embedding"]
 
 log = logging.getLogger(__name__)
-
-LOCK_SUFFIX = "-embedding.pid"
-"""Beside the index (``library.sqlite-embedding.pid``): locked while a process embeds the library's chunks."""
-LOG_SUFFIX = "-embedding.log"
-"""Beside the index: what the background process said (its last run's), read by ``--status`` when it failed."""
-
-
-def lock_path(index_path: str) -> Path:
-    return Path(index_path + LOCK_SUFFIX)
-
-
-def log_path(index_path: str) -> Path:
-    return Path(index_path + LOG_SUFFIX)
-
-
-class EmbeddingLock:
-    """The one embedding of the library whose index is at ``index_path``: ``acquire`` takes an exclusive ``flock``
-    on ``lock_path`` (waiting for it, or not), and writes this process's pid there. Re-entrant within a thread (the
-    background process holds it around ``Library.embed``, which takes it too); two threads or two processes take
-    turns."""
-
-    _held: ClassVar[dict[tuple[str, int], tuple[IO[str], int]]] = {}
-    _guard = threading.Lock()
-
-    def __init__(self, index_path: str) -> None:
-        self.path = lock_path(index_path)
-        self._key = (str(self.path), 0)
-
-    def acquire(self, *, wait: bool = True) -> bool:
-        import fcntl
-
-        key = (str(self.path), threading.get_ident())
-        with self._guard:
-            if key in self._held:
-                file, depth = self._held[key]
-                self._held[key] = (file, depth + 1)
-                self._key = key
-                return True
-        file = self.path.open("a+", encoding="ascii")
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            file.close()
-            return False
-        file.truncate(0)
-        file.write(f"{os.getpid()}\n")
-        file.flush()
-        with self._guard:
-            self._held[key] = (file, 1)
-        self._key = key
-        return True
-
-    def adopt(self, fd: int) -> None:
-        """Hold the lock through ``fd``, a descriptor of the lock file locked by the process that started this one
-        (the lock is the open file's, shared across the exec: no moment in between when it looks free)."""
-        key = (str(self.path), threading.get_ident())
-        with self._guard:
-            self._held[key] = (os.fdopen(fd, "a+", encoding="ascii"), 1)
-        self._key = key
-
-    def handed_on(self, pid: int) -> int:
-        """The descriptor to hand to process ``pid`` (``adopt``), whose pid the lock file now names (held)."""
-        file, _ = self._held[self._key]
-        file.truncate(0)
-        file.write(f"{pid}\n")
-        file.flush()
-        return file.fileno()
-
-    def release(self) -> None:
-        with self._guard:
-            file, depth = self._held.pop(self._key)
-            if depth > 1:
-                self._held[self._key] = (file, depth - 1)
-                return
-        file.close()  # closing the last descriptor lets the flock go
-
-    def __enter__(self) -> EmbeddingLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    def holder(self) -> int | None:
-        """The pid of the process embedding now (None: none is)."""
-        if not self.path.exists():
-            return None
-        if self.acquire(wait=False):
-            self.release()
-            return None
-        try:
-            return int(self.path.read_text(encoding="ascii").split()[0])
-        except (OSError, ValueError, IndexError):  # written a moment after the lock is taken
-            return -1
 
 
 @dataclass(frozen=True)
@@ -205,8 +108,6 @@ def run(index_path: str, embeddings: str | None, allow_egress: bool, lock_fd: in
     holds the lock."""
     from minions.backends.embeddings import vector_model_of
 
-    from .library import Library
-
     lock = EmbeddingLock(index_path)
     handed = lock_fd is not None
     if lock_fd is not None:
@@ -247,7 +148,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(args.index, args.embeddings, args.allow_egress, args.lock_fd)
 
 
-if __name__ == "__main__":  # run as the package's module, not as __main__: one EmbeddingLock, which Library uses
-    from minions.protocols.background import main as package_main
-
-    sys.exit(package_main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,8 +39,8 @@ from minions.documents import Document, load_document
 from minions.documents.files import contained, linked_folders, read_contained, sha256_file, walk
 from minions.errors import ConfigError, DocumentError, OutsideFolderError
 
-from .background import EmbeddingLock, EmbedStatus, embedding_status, resume_embedding
 from .chunk_states import ChunkStateProgress, PrefixSaver, save_chunk_states
+from .embed_lock import EmbeddingLock
 from .factory import get_protocol
 from .options import RunOptions, default_protocol
 from .result import EgressRecord, RunResult
@@ -198,7 +198,7 @@ class Library:
         """A user's glossary (pattern -> words added to a question that names it): ``glossary``, else the file
         ``GLOSSARY_FILE`` beside the index, else none."""
         self.embedding_spec = embeddings if isinstance(embeddings, str) else "" if embeddings is None else None
-        """How a background process names the embedding model again (``embed_in_background``): the spec given,
+        """How a background process names the embedding model again (``background.resume_embedding``): the spec given,
         "" for the default ($MINIONS_EMBEDDINGS, else auto), None for an embedder object (it cannot)."""
         self.allow_egress = allow_egress
         self.embedder = resolve_embedder(embeddings, allow_egress=allow_egress)
@@ -338,16 +338,6 @@ class Library:
         if self.embedder is None:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)
-
-    def embed_in_background(self) -> EmbedStatus | None:
-        """Give the chunks without a vector theirs in a process of their own, unless one is at it already
-        (``protocols.background``): questions meanwhile are answered by words where vectors are missing. Its
-        status; None where it cannot (no model, a library in memory, an embedder object given)."""
-        return resume_embedding(self)
-
-    def embedding_status(self) -> EmbedStatus:
-        """Chunks embedded of all, whether a process is adding vectors, and their model."""
-        return embedding_status(self)
 
     def _add_one(self, item: Path | Document, roots: list[Path] | None = None) -> IndexedDocument | None:
         if isinstance(item, Document):

@@ -110,6 +110,7 @@ def embed_line(p: Any) -> str:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from minions.errors import MinionsError
+    from minions.protocols.background import resume_embedding
 
     options: dict[str, Any] = {"chunk_size": args.chunk_size} if args.chunk_size else {}
     library = open_library(args, local=args.local, **options)
@@ -160,7 +161,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     with library:
         report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
                              follow_links=args.follow_links, embed=args.wait)  # fmt: skip
-        background = None if args.wait else library.embed_in_background()
+        background = None if args.wait else resume_embedding(library)
         docs = library.documents
         summary = (
             f"library {library.index.path}: {len(docs)} document{'s' * (len(docs) != 1)}, "
@@ -190,7 +191,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def _status(library: Any, as_json: bool) -> int:
     """``minions index --status``: the library's documents, and where its meaning vectors stand."""
-    status = library.embedding_status()
+    from minions.protocols.background import embedding_status
+
+    status = embedding_status(library)
     docs = library.documents
     if as_json:
         print(json.dumps({"library": library.index.path, "documents": len(docs), **status.to_dict()}))

@@ -113,9 +113,10 @@ def _ask_library(
     """``minions ask "question" --library [DIR]``: the whole library, or the documents ``names`` in it."""
     from minions.apps.asking import ask_library
     from minions.apps.cli.library import open_library
+    from minions.protocols.background import resume_embedding
 
     with open_library(args, local=local, remote=remote, protocol=protocol, **options) as library:
-        library.embed_in_background()  # vectors a build left missing: added meanwhile, this question by words
+        resume_embedding(library)  # vectors a build left missing: added meanwhile, this question by words
         return ask_library(library, question, names, events=events)
 
 

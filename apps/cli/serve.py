@@ -133,6 +133,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     the checks and limits of ``minions serve`` (``security.Guard``, ``limits.BodyLimits``)."""
     import sys
 
+    from minions.protocols.background import resume_embedding
+
     from ..mcp_server import LibraryServer
     from .library import add_line, open_library
     from .models import budget_options, resolve_models
@@ -151,7 +153,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         on_progress=lambda p: print(add_line(p), file=sys.stderr, flush=True),
     )  # fmt: skip
     server.library.load_in_background()  # the first search does not wait for the embedding model's load
-    server.library.embed_in_background()  # and vectors a build left missing are added meanwhile
+    resume_embedding(server.library)  # and vectors a build left missing are added meanwhile
     try:
         server.start_watching()
         if config is None:

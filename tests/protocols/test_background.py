@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 
 from minions.documents import Document
-from minions.protocols.background import EmbeddingLock, lock_path, resume_embedding
+from minions.protocols.background import embedding_status, resume_embedding
+from minions.protocols.embed_lock import EmbeddingLock, lock_path
 from minions.protocols.library import Library
 
 from .search.test_meaning import KeywordEmbedder
@@ -39,18 +40,18 @@ def test_a_search_while_vectors_are_missing_says_the_rest_is_found_by_words(tmp_
         library.add(Document("car.md", "A red car was parked outside the office every morning."), embed=False)
         partial = library.search("a car").ranking.about["meaning"]
         assert partial == "test/keywords: 1 of 2 chunks so far, the rest by words"
-        status = library.embedding_status()
+        status = embedding_status(library)
         assert (status.embedded, status.total, status.running, status.complete) == (1, 2, False, False)
         assert resume_embedding(library) is None  # an embedder object: no process can make it again
         library.embed()
         assert library.search("a car").ranking.about["meaning"] == "test/keywords"
-        assert library.embedding_status().complete
+        assert embedding_status(library).complete
 
 
 def test_nothing_is_started_for_a_library_in_memory_or_without_a_model(tmp_path: Path) -> None:
     with Library(None, embeddings="none") as library:
         library.add(Document("a.md", "Some words."))
-        assert library.embed_in_background() is None
+        assert resume_embedding(library) is None
     with Library(tmp_path / "lib", embeddings="none") as library:
         library.add(Document("a.md", "Some words."))
-        assert library.embed_in_background() is None and not lock_path(library.index.path).exists()
+        assert resume_embedding(library) is None and not lock_path(library.index.path).exists()

@@ -79,7 +79,7 @@ def test_index_reembed_computes_every_vector_again_with_the_model_named(
 def test_index_returns_with_the_words_and_the_vectors_follow_in_the_background(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from minions.protocols.background import lock_path
+    from minions.protocols.embed_lock import lock_path
 
     folder = _folder_with_the_model(tmp_path, monkeypatch, {DEMO.name: DEMO.read_text(), "harbor-2025.md": OTHER})
     library = tmp_path / "library"
