@@ -129,12 +129,17 @@ def _terms(found: Sequence[str], language: str) -> list[str]:
 
 def tokenize(text: str, languages: Iterable[str] = (DEFAULT_LANGUAGE,)) -> list[str]:
     """``text``'s terms in each of ``languages`` (a document's: one; a question's: those of the documents it can
-    reach), in order; a word that is the same term in several languages counts once."""
+    reach), in order; a word that is the same term in several languages counts once. In several languages, the
+    stop words of the text's own language (``detect``) are dropped first: the German stemmer knows no English stop
+    words and the English one no German ("und", "ich", "wie"), so each would keep the other's as terms."""
     found = words(text)
     langs = list(dict.fromkeys(languages)) or [DEFAULT_LANGUAGE]
     if len(langs) == 1:
         return _terms(found, langs[0])
-    return [t for word in found for t in dict.fromkeys(t for lang in langs for t in _terms([word], lang))]
+    own = detect(text)  # its own stop words go first: another language's stemmer would keep them as terms
+    stop = _stop(own) if own in langs else frozenset()
+    kept = [w for w in found if w not in stop]
+    return [t for word in kept for t in dict.fromkeys(t for lang in langs for t in _terms([word], lang))]
 
 
 def term_set(text: str, languages: Iterable[str] = (DEFAULT_LANGUAGE,)) -> set[str]:

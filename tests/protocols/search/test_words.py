@@ -113,3 +113,12 @@ def test_a_german_question_finds_german_documents_as_an_english_one_finds_englis
         assert library.search("Which architecture is based on attention?").ranking.ranked[0].chunk.document == (
             "paper.txt"
         )
+
+
+def test_in_a_library_of_two_languages_a_questions_own_stop_words_are_no_terms() -> None:
+    """Each stemmer drops its own language's stop words only: asked of German and English documents, a German
+    question's "und", "ich", "wie" would be English terms, and an English question's "the", "and" German ones."""
+    german = tokenize("Wie schneide ich jede Zeile ab und speichere sie?", ["de", "en"])
+    assert {"wie", "ich", "und", "sie"}.isdisjoint(german) and {"zeil", "schneid"} <= set(german)
+    english = tokenize("How do the columns and the rows of a file differ?", ["en", "de"])
+    assert {"the", "and", "how", "of", "a"}.isdisjoint(english) and {"column", "row", "file"} <= set(english)
