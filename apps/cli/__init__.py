@@ -2,7 +2,7 @@
 
 - ``main``: the parser, ``ask``, and how errors print (one line, exit status 2);
 - ``models``: ``minions models`` and ``models pull``, and the ``--local``/``--remote`` options;
-- ``library``: ``minions index`` and ``minions cache``;
+- ``index``: ``minions index`` and ``minions cache`` (a library's documents, and what it takes on disk);
 - ``serve``: ``minions app`` and ``minions serve``;
 - ``evals``: ``minions eval run|report|datasets``;
 - ``bench``: ``minions bench ...``, each benchmark of ``evals.bench``;

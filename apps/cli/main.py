@@ -112,7 +112,7 @@ def _ask_library(
 ) -> RunResult:
     """``minions ask "question" --library [DIR]``: the whole library, or the documents ``names`` in it."""
     from minions.apps.asking import ask_library
-    from minions.apps.cli.library import open_library
+    from minions.apps.cli.index import open_library
     from minions.protocols.background import resume_embedding
 
     with open_library(args, local=local, remote=remote, protocol=protocol, **options) as library:
@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ask = sub.add_parser("ask", help="answer a question about local documents")
     ask.add_argument("inputs", nargs="*", metavar="FILE... QUESTION", help="documents, then the question")
-    from minions.apps.cli.library import add_library_option
+    from minions.apps.cli.index import add_library_option
 
     add_library_option(ask, "ask the library (after the question), or the documents named in it", optional_value=True)
     ask.add_argument(

@@ -52,7 +52,7 @@ def add_app_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentPars
     serve.set_defaults(func=cmd_serve)
 
     mcp = sub.add_parser("mcp", help="the library as an MCP server, for assistants: over stdio, or --http")
-    from .library import add_index_parsers, add_library_option
+    from .index import add_index_parsers, add_library_option
 
     add_library_option(mcp, "the library it serves")
     mcp.add_argument("--watch", action="append", default=[], metavar="FOLDER", help="keep this folder in sync "
@@ -136,7 +136,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from minions.protocols.background import resume_embedding
 
     from ..mcp_server import LibraryServer
-    from .library import add_line, open_library
+    from .index import add_line, open_library
     from .models import budget_options, resolve_models
 
     local, remote = resolve_models(args)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minions.apps.cli.library import progress_line
+from minions.apps.cli.index import progress_line
 from minions.apps.cli.main import main
 from minions.backends.llamacpp import LlamaCppBackend
 from minions.backends.llamacpp.engine import EngineConfig

@@ -1,11 +1,10 @@
-"""``minions index`` (add documents to a library), ``minions cache`` (what the library and the saved prompt states
-take on disk, and ``cache clear``) and ``minions bench cache``, for ``minions.apps.cli.main``.
+"""``minions index`` (add documents to a library) and ``minions cache`` (what the library and the saved prompt
+states take on disk, and ``cache clear``), for ``minions.apps.cli.main``.
 
     minions index FILE|FOLDER... [--library DIR] [--warm]    per file: pages, chunks, added/unchanged/skipped, ETA
     minions index --watch FOLDER...     the same, then the folders kept in sync: a line per file changed, until Ctrl-C
     minions index --status              the meaning vectors: chunks embedded of all, the background process adding them
     minions cache [--json] | minions cache clear
-    minions bench cache --document 10K.pdf [--question Q ...]
 """
 
 from __future__ import annotations
