@@ -262,6 +262,8 @@ def test_a_watched_folder_is_kept_in_sync_while_it_serves(library: Path, tmp_pat
 BUDGET = "5000"
 """Remote tokens per question in the egress test: the first request's prompt and a short reply, not a retry (the
 library's ten best chunks, the routed report's five and five of the other documents', lifted less: 4,229 counted)."""
+REMOTE_S = 500
+"""How long the egress test's stand-in remote may take a request (``MINIONS_REMOTE_TIMEOUT``), under the test's."""
 
 
 def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(library: Path, openai_server: str) -> None:
@@ -274,18 +276,21 @@ def test_a_question_through_mcp_leaves_the_egress_log_a_cli_question_leaves(libr
     the CLI's JSON does."""
     remote = f"openai-compatible/smollm2@{openai_server}"
     question = DEMO_QUESTION
+    # the stand-in's 4k-token prompt on a busy 2-core machine can outlast the default 120 s a request may take, and
+    # one way timing out where the other did not would record different things: what is compared is the record
+    env = environment() | {"MINIONS_REMOTE_TIMEOUT": str(REMOTE_S)}
     cli = subprocess.run(
         [sys.executable, "-m", "minions", "ask", question, "--library", str(library), "--protocol", "rag",
          "--remote", remote, "--budget-tokens", BUDGET, "--json"],
-        env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=2 * START_S, check=False,
     )  # fmt: skip
     by_cli = json.loads(cli.stdout)
     assert cli.returncode == (2 if by_cli["error"] else 0), cli.stderr[-2000:]
     command = ["-m", "minions", "mcp", "--library", str(library), "--remote", remote, "--budget-tokens", BUDGET]
-    server = StdioServerParameters(command=sys.executable, args=command, env=environment(), cwd=str(ROOT))
+    server = StdioServerParameters(command=sys.executable, args=command, env=env, cwd=str(ROOT))
 
     async def session() -> dict[str, Any]:
-        async with Client(server, read_timeout_seconds=START_S) as client:
+        async with Client(server, read_timeout_seconds=2 * START_S) as client:
             return structured(await client.call_tool("ask", {"question": question, "protocol": "rag"}))
 
     by_mcp = anyio.run(session)
