@@ -15,8 +15,8 @@ by its stored copy's; a document's id in the app's API is made from that key (``
 to the documents it names and ranked there (``Library.sources``), so it reads only those, however many documents
 the library holds. This module adds only what a server needs: uploads, remembered folders, limits.
 
-An app folder of the earlier layout (its own index file ``index.sqlite``, keyed by the store's ids, and a table of
-documents in the store) is carried into the library when the app first opens it (``carry_over``).
+An app folder of the earlier layout (its own index file, ``EARLIER_INDEX_FILE``, keyed by the store's ids, and a
+table of documents in the store) is carried into the library when the app first opens it (``carry_over``).
 
 Loading (PDF text extraction) is slow and blocking: the web layer calls these methods in a worker thread; while
 a folder is added, ``progress`` says which file it is at.
