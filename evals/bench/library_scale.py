@@ -31,8 +31,10 @@ the vector matrix, SQLite's pages). The questions are FinanceBench's whose gold 
 every size holds). The first is asked once to warm up (``first_search_ms``: the vectors read in, the model
 loaded); then each is timed (``Library.search``: route, words, meaning, fused; ``search_ms`` the median,
 ``search_ms_p90``), with the page recall @1..@20 of its ranking (``recall``) and, where the library has vectors,
-of words alone (``search_library`` without the model: ``recall_words``, ``words_ms``). The first line says the
-CPU, its cores, the load and the vectors' mode; each size's line its load too.
+of words alone (``search_library`` without the model: ``recall_words``, ``words_ms``), and how many questions
+were routed first to their own filing (``routed_first``); ``languages`` counts the documents told each language
+(a question is searched in every language of the library). The first line says the CPU, its cores, the load and
+the vectors' mode; each size's line its load too.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import sysconfig
 import tempfile
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -199,6 +202,8 @@ def build_library(
         "words_s": round(words_s + filler["words_s"], 2),
         "filler_read_s": round(filler["read_s"], 1),
     }
+    languages = Counter(str(d.profile.get("language")) for d in library.documents)
+    line["languages"] = dict(languages.most_common())
     if counted is not None:
         line.update(_vectors(library, counted, config, set(filler["names"])))
     library.close()
@@ -378,13 +383,15 @@ def search_scale(root: Path, folder: Path, config: LibraryScaleConfig) -> dict[s
     started = time.perf_counter()
     library.search(questions[0].question)
     first = time.perf_counter() - started
-    lines, fused_s, words_s = [], [], []
+    lines, fused_s, words_s, routed_first = [], [], [], 0
     about: Any = None
     for item in questions:
         started = time.perf_counter()
         found = library.search(item.question)
         fused_s.append(time.perf_counter() - started)
         about = found.ranking.about.get("meaning")
+        gold = {g.document for s in item.evidence for g in s}
+        routed_first += bool(found.route.routed and found.route.documents[0] in gold)
         line = {"recall": recall_curve(item, ranked_passages(found.ranking.ranked))}
         if library.embedder is not None:
             started = time.perf_counter()
@@ -402,6 +409,7 @@ def search_scale(root: Path, folder: Path, config: LibraryScaleConfig) -> dict[s
         "search_ms": _ms(statistics.median(fused_s)),
         "search_ms_p90": _ms(_percentile(fused_s, 0.9)),
         "recall": mean_curve(lines, "recall"),
+        "routed_first": routed_first,
     }
     if words_s:
         out.update(words_ms=_ms(statistics.median(words_s)), recall_words=mean_curve(lines, "recall_words"))

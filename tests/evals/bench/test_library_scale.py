@@ -76,6 +76,7 @@ def test_each_size_holds_the_filings_and_filler_and_prints_its_build_disk_memory
     one, two = sizes
     assert [one["scale"], two["scale"]] == [1, 2] and one["filing_chunks"] == two["filing_chunks"] > 0
     assert one["filler_chunks"] == 0 and one["chunks"] == one["filing_chunks"] and one["documents"] == 2
+    assert one["languages"] == {"en": 2} and one["routed_first"] in (0, 1, 2)  # two documents: no route needed
     assert two["chunks"] == two["filing_chunks"] + two["filler_chunks"] >= 2 * two["filing_chunks"]
     assert not two["filler_short"] and two["filler_files"] >= 1
     assert two["index_mb"] > one["index_mb"] > 0
