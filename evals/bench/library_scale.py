@@ -17,7 +17,8 @@ Vectors (``vectors``):
     synthetic  (the default) the filings' chunks embedded by the model; every filler chunk a random unit vector of
                the model's length, stored as the index stores vectors (``SqliteIndex.add_vectors``): search time
                and memory are measured over a full matrix, but a random vector is near no question, so filler
-               competes for recall by its words only. A 10x run takes about half an hour here.
+               competes for recall by its words only. 1x, 3x and 10x took 20 minutes here, 11 of them
+               embedding the filings.
     none       words only
 
 The model's vectors go through a cache in the work folder, by the text embedded (``meaning.VectorCache``): the
