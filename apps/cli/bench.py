@@ -1,4 +1,4 @@
-"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache|vectors``: each benchmark
+"""``minions bench cost|engine|speculative|tree|pdf|evidence|fleet|embed|cache|vectors|library-scale``: each benchmark
 (``evals.bench``) as a command that prints one JSON line per setting.
 
 A benchmark's options are its config's fields (``evals.bench.options.option``): ``add_config_options`` makes them,
@@ -198,6 +198,22 @@ def _add_bench_vectors_parser(kinds: Any) -> None:
     bench.set_defaults(func=cmd_bench_vectors)
 
 
+def cmd_bench_library_scale(args: argparse.Namespace) -> int:
+    from minions.evals.bench.library_scale import LibraryScaleConfig, library_scale_bench
+
+    return _print_lines(library_scale_bench(args.data, config_from(LibraryScaleConfig, args)))
+
+
+def _add_bench_library_scale_parser(kinds: Any) -> None:
+    from minions.evals.bench.library_scale import LibraryScaleConfig
+
+    help_ = "a library of 1x, 3x, 10x FinanceBench's filings: build time, index size, memory, search time, recall"
+    bench = kinds.add_parser("library-scale", help=help_)
+    _add_data_option(bench, "a FinanceBench checkout (its filings and questions)")
+    add_config_options(bench, LibraryScaleConfig)
+    bench.set_defaults(func=cmd_bench_library_scale)
+
+
 def _add_data_option(parser: Any, what: str) -> None:
     parser.add_argument("--data", help=f"{what} (default: ${DATA_ENV}/financebench)")
 
@@ -219,6 +235,7 @@ def add_bench_parser(sub: Any) -> None:
     _add_bench_embed_parser(kinds)
     _add_bench_cache_parser(kinds)
     _add_bench_vectors_parser(kinds)
+    _add_bench_library_scale_parser(kinds)
 
 
 _Config = TypeVar("_Config")

@@ -10,6 +10,8 @@ as ratios against a baseline run in the same process.
 - ``fleet``: the same local jobs on one server and on a fleet;
 - ``pdf``: pages a second ``load_document`` reads a second, against pypdf;
 - ``embed``: the library's meaning vectors by each way this machine runs the embedding model;
+- ``vectors``: a question's nearest chunks, every vector scored against the HNSW graph, by library size;
+- ``library_scale``: a library of the FinanceBench filings grown to 3x and 10x: build, disk, memory, search, recall;
 - ``options``: a config field that is a ``minions bench`` option (``option``): the CLI derives the option from it.
 
 ``written/``: question sets written once and frozen, that ``evidence --questions FILE`` asks (its README says how

@@ -15,6 +15,7 @@ from minions.evals.bench.embed import EmbedBenchConfig
 from minions.evals.bench.engine import BenchConfig
 from minions.evals.bench.evidence import EvidenceBenchConfig
 from minions.evals.bench.fleet import FleetBenchConfig
+from minions.evals.bench.library_scale import LibraryScaleConfig
 from minions.evals.bench.options import OPTION, option
 from minions.evals.bench.speculative import SpecBenchConfig
 from minions.evals.bench.tree import TreeBenchConfig
@@ -28,6 +29,7 @@ BENCHES = [
     ("embed", EmbedBenchConfig, []),
     ("fleet", FleetBenchConfig, ["--local", FLEET]),
     ("cache", CacheBenchConfig, ["--document", "report.pdf"]),
+    ("library-scale", LibraryScaleConfig, []),
 ]
 
 
@@ -83,6 +85,13 @@ def test_the_help_says_each_default_as_the_config_holds_it(capsys) -> None:
                  "sizes (default 1 8)", "a name (repeatable)", "--no-keep drop it", "--loud say more"):  # fmt: skip
         assert said in text
     assert "--hidden" not in text
+
+
+def test_the_scale_bench_reads_its_sizes_filler_folders_and_vectors_mode() -> None:
+    args = build_parser().parse_args(["bench", "library-scale", "--scale", "1", "--scale", "2", "--filler", "/a",
+                                      "--filler", "/b", "--vectors", "none", "--work", "/w"])  # fmt: skip
+    config = config_from(LibraryScaleConfig, args)
+    assert (config.scales, config.filler, config.vectors, config.work) == ((1, 2), ("/a", "/b"), "none", "/w")
 
 
 def test_a_benchmarks_help_shows_its_configs_defaults(capsys) -> None:
