@@ -129,17 +129,30 @@ def _terms(found: Sequence[str], language: str) -> list[str]:
 
 def tokenize(text: str, languages: Iterable[str] = (DEFAULT_LANGUAGE,)) -> list[str]:
     """``text``'s terms in each of ``languages`` (a document's: one; a question's: those of the documents it can
-    reach), in order; a word that is the same term in several languages counts once. In several languages, the
-    stop words of the text's own language (``detect``) are dropped first: the German stemmer knows no English stop
-    words and the English one no German ("und", "ich", "wie"), so each would keep the other's as terms."""
+    reach), in order. In several languages, a text whose stop words say which of them it is in is made terms in
+    that one alone: each stemmer drops only its own language's stop words, so a German question made terms in
+    English too kept "und", "ich", "wie", and an English one in French or Polish kept "the", "what", "is" as rare
+    terms that lift those documents. A text they do not tell (names and figures) is made terms in each language;
+    a word that is the same term in several counts once."""
     found = words(text)
     langs = list(dict.fromkeys(languages)) or [DEFAULT_LANGUAGE]
     if len(langs) == 1:
         return _terms(found, langs[0])
-    own = detect(text)  # its own stop words go first: another language's stemmer would keep them as terms
-    stop = _stop(own) if own in langs else frozenset()
-    kept = [w for w in found if w not in stop]
-    return [t for word in kept for t in dict.fromkeys(t for lang in langs for t in _terms([word], lang))]
+    own = _language_among(found, langs)
+    if own is not None:
+        return _terms(found, own)
+    return [t for word in found for t in dict.fromkeys(t for lang in langs for t in _terms([word], lang))]
+
+
+def _language_among(found: Sequence[str], languages: Sequence[str]) -> str | None:
+    """Which of ``languages`` the words ``found`` are in: the one whose (whole) stop-word list holds most of them;
+    None where no list holds any (a question of names and figures) or two hold as many."""
+    held = _stop_languages()
+    counts = {lang: sum(lang in held.get(w, ()) for w in found) for lang in languages}
+    ranked = sorted(counts.values(), reverse=True)
+    if ranked[0] == 0 or (len(ranked) > 1 and ranked[0] == ranked[1]):
+        return None
+    return max(counts, key=lambda lang: counts[lang])
 
 
 def term_set(text: str, languages: Iterable[str] = (DEFAULT_LANGUAGE,)) -> set[str]:
