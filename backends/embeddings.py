@@ -100,6 +100,11 @@ SHIPPED_NAME = "all-MiniLM-L6-v2"
 FETCH_FILES = ("*.json", "vocab.txt", "1_Pooling/*", "onnx/model.onnx")
 """What a fetch takes of a repository: configs, tokenizer, pooling and the float32 ONNX export (quantized here)."""
 QUERY_PREFIXES = {"bge-small-en": "Represent this sentence for searching relevant passages: "}
+PAD_MULTIPLE = 32
+"""An ONNX batch is padded to a multiple of this many tokens (the mask keeps its vectors the same): OpenVINO
+compiles and keeps its kernels per input shape, and a shape for every length grew a process embedding 150 batches
+of random sizes to 775 MB at its peak, 481 MB padded (in the same time), which a library's searching process
+pays for as it embeds its questions' sentences (docs/library.md, "Ten times the filings")."""
 """What a model of this name expects before a question (and not before a passage), as its card says."""
 
 Vectors = npt.NDArray[np.float32]
@@ -338,7 +343,9 @@ class OnnxEmbedder:
         out: Vectors | None = None
         for start in range(0, len(order), self.batch_size):
             part = order[start : start + self.batch_size]
-            ids = np.zeros((len(part), max(len(encoded[i].ids) for i in part)), dtype=np.int64)
+            longest = max(len(encoded[i].ids) for i in part)
+            width = min(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, max(loaded.max_tokens, longest))
+            ids = np.zeros((len(part), width), dtype=np.int64)
             mask = np.zeros_like(ids)
             for row, i in enumerate(part):
                 ids[row, : len(encoded[i].ids)] = encoded[i].ids
@@ -368,6 +375,8 @@ class _Loaded:
     tokenizer: Any
     first_token: bool
     """Pooled by the first token's vector (bge), else by the mean of the tokens' (MiniLM)."""
+    max_tokens: int
+    """The longest text it reads, in tokens (longer ones are cut): no batch is padded past it."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -490,7 +499,8 @@ def _load_onnx(folder: Path, runtime: str, threads: int | None) -> _Loaded:
         )
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_padding()  # the file may pad every text to a fixed length: batches are padded here, by length
-    tokenizer.enable_truncation(_read_json(folder / "sentence_bert_config.json").get("max_seq_length", 512))
+    max_tokens = int(_read_json(folder / "sentence_bert_config.json").get("max_seq_length", 512))
+    tokenizer.enable_truncation(max_tokens)
     first_token = bool(_read_json(folder / "1_Pooling" / "config.json").get("pooling_mode_cls_token"))
     if runtime == "openvino":
         import openvino
@@ -501,7 +511,7 @@ def _load_onnx(folder: Path, runtime: str, threads: int | None) -> _Loaded:
         compiled = core.compile_model(core.read_model(str(onnx_model(folder))), "CPU")
         request = compiled.create_infer_request()
         names = frozenset(n for i in compiled.inputs for n in i.get_names())
-        return _Loaded(lambda feed: request.infer(feed)[0], names, tokenizer, first_token)
+        return _Loaded(lambda feed: request.infer(feed)[0], names, tokenizer, first_token, max_tokens)
     try:
         import onnxruntime
     except ImportError as exc:
@@ -515,7 +525,7 @@ def _load_onnx(folder: Path, runtime: str, threads: int | None) -> _Loaded:
         str(onnx_model(folder, int8=True)), options, providers=["CPUExecutionProvider"]
     )
     names = frozenset(i.name for i in session.get_inputs())
-    return _Loaded(lambda feed: session.run(None, feed)[0], names, tokenizer, first_token)
+    return _Loaded(lambda feed: session.run(None, feed)[0], names, tokenizer, first_token, max_tokens)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
