@@ -432,7 +432,7 @@ class Library:
         )
         if self.embedder is None or found.ranking.about.get("meaning") != self.embedder.name:
             return found
-        embedded, total = self.index.vector_bytes()[0], self.index.chunk_count()
+        embedded, total = self.index.vector_count(), self.index.chunk_count()
         if embedded >= total:
             return found
         # while vectors are being added: the chunks without one are found by their words alone, and it says so
