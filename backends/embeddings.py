@@ -100,12 +100,12 @@ SHIPPED_NAME = "all-MiniLM-L6-v2"
 FETCH_FILES = ("*.json", "vocab.txt", "1_Pooling/*", "onnx/model.onnx")
 """What a fetch takes of a repository: configs, tokenizer, pooling and the float32 ONNX export (quantized here)."""
 QUERY_PREFIXES = {"bge-small-en": "Represent this sentence for searching relevant passages: "}
+"""What a model of this name expects before a question (and not before a passage), as its card says."""
 PAD_MULTIPLE = 32
 """An ONNX batch is padded to a multiple of this many tokens (the mask keeps its vectors the same): OpenVINO
 compiles and keeps its kernels per input shape, and a shape for every length grew a process embedding 150 batches
 of random sizes to 775 MB at its peak, 481 MB padded (in the same time), which a library's searching process
 pays for as it embeds its questions' sentences (docs/library.md, "Ten times the filings")."""
-"""What a model of this name expects before a question (and not before a passage), as its card says."""
 
 Vectors = npt.NDArray[np.float32]
 
