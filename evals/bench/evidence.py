@@ -57,7 +57,6 @@ index's size with vectors.
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -89,6 +88,7 @@ from ..evidence import RECALL_AT, evidence_scores
 from ..financebench import load_financebench
 from ..gold import GoldEvidence
 from ..items import HALVES, EvalItem, half
+from .machine import load_avg
 from .options import option
 
 __all__ = ["EvidenceBenchConfig", "evidence_bench", "mean_curve", "ranked_passages", "recall_curve"]
@@ -473,7 +473,7 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         "gold": "evidence" if marked else "document",
         "read_chunks": config.read_chunks,
         "scored": not config.lexical_only and config.score_sentences,
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "load_avg": load_avg(),
         "seconds": round(time.perf_counter() - started, 1),
     }
     curves = ["pages_bm25", "rag", "ranking", "shown", "library", "library_shown"]

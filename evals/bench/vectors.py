@@ -12,7 +12,6 @@ line says the load.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import numpy as np
 from minions.protocols.search.ann import approximate
 from minions.protocols.search.vectors import VectorMatrix, nearest
 
+from .machine import load_avg, machine
 from .options import option
 
 __all__ = ["VectorsBenchConfig", "synthetic_matrix", "vectors_bench"]
@@ -57,7 +57,7 @@ def synthetic_matrix(n: int, config: VectorsBenchConfig, rng: np.random.Generato
 
 
 def vectors_bench(config: VectorsBenchConfig) -> Iterator[dict[str, Any]]:
-    yield {"cpu_count": os.cpu_count(), "load": [round(x, 2) for x in os.getloadavg()], "k": config.k}
+    yield machine() | {"k": config.k}
     rng = np.random.default_rng(config.seed)
     for n in config.sizes:
         matrix = synthetic_matrix(n, config, rng)
@@ -85,4 +85,4 @@ def vectors_bench(config: VectorsBenchConfig) -> Iterator[dict[str, Any]]:
                "speedup": round(brute / ann, 1), f"recall@{config.k}": round(statistics.fmean(recall), 4),
                "recall_min": round(min(recall), 2), "build_s": round(build, 1),
                "ann_mb": round(graph.memory_bytes() / 1e6, 1), "matrix_mb": round(matrix.rows.nbytes / 1e6, 1),
-               "load": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
+               "load": load_avg()}  # fmt: skip
