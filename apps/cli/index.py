@@ -23,36 +23,28 @@ __all__ = ["add_index_parsers", "cmd_cache", "cmd_index", "progress_line"]
 BAR = 24
 
 
+INDEX_FLAGS = (
+    ("--warm", "also compute every new chunk's state on the local model (slow: minutes)"),
+    ("--watch", "then keep the folders in sync: files added, changed, renamed, deleted"),
+    ("--follow-links", "read files and folders that links lead to outside the folders named (skipped otherwise)"),
+    ("--json", "print one JSON line per file"),
+    ("--status", "the meaning vectors: chunks embedded, and the process adding them"),
+    ("--wait", "compute the meaning vectors before returning (default: in the background)"),
+    (
+        "--reembed",
+        "compute every chunk's meaning vector again, with the model MINIONS_EMBEDDINGS names (after a change)",
+    ),
+)
+"""``minions index``'s switches, in the order its help lists them."""
+
+
 def add_index_parsers(sub: Any, add_model_options: Callable[[argparse.ArgumentParser], None]) -> None:
     index = sub.add_parser("index", help="add documents to a library: their text indexed, for questions over all")
     index.add_argument("files", nargs="*", metavar="FILE|FOLDER", help="documents, or folders of them")
     add_library_option(index, "the library to add to")
     index.add_argument("--chunk-size", type=int, help="characters per chunk (default: the protocols' default)")
-    index.add_argument(
-        "--warm", action="store_true", help="also compute every new chunk's state on the local model (slow: minutes)"
-    )
-    index.add_argument(
-        "--watch", action="store_true", help="then keep the folders in sync: files added, changed, renamed, deleted"
-    )
-    index.add_argument(
-        "--follow-links",
-        action="store_true",
-        help="read files and folders that links lead to outside the folders named (skipped otherwise)",
-    )
-    index.add_argument("--json", action="store_true", help="print one JSON line per file")
-    index.add_argument(
-        "--status",
-        action="store_true",
-        help="the meaning vectors: chunks embedded, and the process adding them",
-    )
-    index.add_argument(
-        "--wait", action="store_true", help="compute the meaning vectors before returning (default: in the background)"
-    )
-    index.add_argument(
-        "--reembed",
-        action="store_true",
-        help="compute every chunk's meaning vector again, with the model MINIONS_EMBEDDINGS names (after a change)",
-    )
+    for flag, help_ in INDEX_FLAGS:
+        index.add_argument(flag, action="store_true", help=help_)
     add_model_options(index)
     index.set_defaults(func=cmd_index)
 
