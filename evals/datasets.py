@@ -113,7 +113,8 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 def load_dataset(name: str, path: str | Path, **options: Any) -> Dataset:
     """Load benchmark ``name`` from ``path`` (its official layout); ``options`` are the loader's, e.g.
-    ``subset="numerical"`` (financebench), ``pad_with_others=3`` (longhealth), ``split="all"`` (pubmedqa)."""
+    ``subset="numerical"`` (financebench), ``pad_with_others=3`` (longhealth), ``split="dev"`` or ``"all"``
+    (pubmedqa)."""
     spec = dataset_spec(name)
     known = spec.options
     unknown = sorted(set(options) - set(known))

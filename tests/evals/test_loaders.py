@@ -247,10 +247,13 @@ def test_leval_tasks() -> None:
 
 
 @needs("pubmedqa/ori_pqal.json", "pubmedqa/test_ground_truth.json")
-def test_pubmedqa_test_split_and_all() -> None:
+def test_pubmedqa_test_dev_and_all_splits() -> None:
     test = load_dataset("pubmedqa", DATA / "pubmedqa")
+    dev = load_dataset("pubmedqa", DATA / "pubmedqa", split="dev")
     every = load_dataset("pubmedqa", DATA / "pubmedqa" / "ori_pqal.json", split="all")
-    assert (len(test), len(every)) == (500, 1000)
+    assert (len(test), len(dev), len(every)) == (500, 500, 1000)
+    assert {i.id for i in test} | {i.id for i in dev} == {i.id for i in every}  # dev: every labelled one not tested
+    assert not {i.id for i in test} & {i.id for i in dev}
     first = test.items[0]
     assert (first.id, first.gold, first.metric) == ("12377809", ("yes",), "yes_no_maybe")
     assert {g for i in every for g in i.gold} == {"yes", "no", "maybe"}
