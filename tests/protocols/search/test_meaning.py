@@ -94,6 +94,20 @@ def test_a_chunk_whose_one_sentence_says_it_rises_past_one_that_says_it_vaguely(
     assert sum(embedder.calls) == embedded  # every sentence came from the cache
 
 
+def test_the_vectors_a_question_adds_to_the_cache_are_kept_in_one_transaction(tmp_path) -> None:
+    """Each row in a transaction of its own was synced to disk one by one: keeping a new question's sentences took
+    as long as embedding them."""
+    cache = VectorCache(tmp_path / "vectors.sqlite")
+    said: list[str] = []
+    cache._db.set_trace_callback(said.append)
+    texts = [BANK.text, BUDGET.text, CAR.text]
+    cache.vectors(KeywordEmbedder(), texts)
+    writes = [s.split()[0].upper() for s in said if not s.lstrip().upper().startswith("SELECT")]
+    assert writes == ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+    cache._db.set_trace_callback(None)
+    assert VectorCache(tmp_path / "vectors.sqlite").vectors(KeywordEmbedder(), texts).shape == (3, 4)  # on disk
+
+
 def test_no_sentence_is_sent_to_an_embedding_model_elsewhere() -> None:
     """An embedder on another machine was sent the chunks when they were added: a question's re-ranking would
     send their sentences again at every question, so it keeps the fused order."""
