@@ -26,6 +26,8 @@ import numpy.typing as npt
 from minions.errors import BackendError, ConfigError, ModelNotFoundError
 from minions.types import Message, reply_start
 
+from ..templates import CHATML_TURN, template_without_one
+
 __all__ = ["VERBOSE_ENV", "LlamaContext", "LlamaModel", "TokenBatch", "import_llama_cpp", "llama_verbose"]
 
 
@@ -85,15 +87,6 @@ log = logging.getLogger(__name__)
 _PARTIAL_ONLY = 1
 # A token's text is at most this many bytes in every vocabulary we know (the C API truncates beyond it).
 _PIECE_BUFFER = 64
-# The template SmolLM2, Qwen and many others use, for a GGUF file without ``tokenizer.chat_template`` whose
-# vocabulary has its turn tokens.
-_CHATML = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'"
-    " + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-# A base model's (no chat template, no turn tokens: Gemma 3 270M): the messages as plain text, a blank line after each,
-# the reply where the text goes on. ChatML's turn marks would reach such a model as the characters "<", "|", ...
-_PLAIN = "{{ bos_token }}{% for message in messages %}{{ message['content'] + '\n\n' }}{% endfor %}"
 
 
 class LlamaModel:
@@ -170,7 +163,7 @@ class LlamaModel:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
             raw = self.lib.llama_model_chat_template(self.model, None)
-            template = raw.decode("utf-8") if raw else _CHATML if self.has_chatml_turns() else _PLAIN
+            template = raw.decode("utf-8") if raw else template_without_one(self.has_chatml_turns())
             eos = self.lib.llama_vocab_eos(self.vocab)
             bos = self.lib.llama_vocab_bos(self.vocab)
             self._formatter = Jinja2ChatFormatter(
@@ -182,7 +175,7 @@ class LlamaModel:
 
     def has_chatml_turns(self) -> bool:
         """Whether the vocabulary has ChatML's turn marks as tokens of their own (an instruct model's)."""
-        return len(self.tokenize("<|im_start|>", special=True)) == 1
+        return len(self.tokenize(CHATML_TURN, special=True)) == 1
 
     def chat_tokens(self, messages: Sequence[Message]) -> list[int]:
         # The template writes any BOS itself (Jinja2ChatFormatter says ``added_special``), so none is added here.

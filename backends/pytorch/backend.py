@@ -5,8 +5,9 @@ folder, gguf_file=...)`` dequantizes it); ``transformers//abs/model.gguf``, ``tr
 ``transformers/~/folder`` name a GGUF file or a transformers folder (``config.json`` and safetensors) on disk.
 Nothing is ever downloaded (``local_files_only``).
 
-Replies use the model's chat template. A JSON schema is enforced by a grammar (llguidance) that masks the
-logits at every chosen token, so a constrained reply always parses unless it was cut at ``max_tokens``.
+Replies use the model's chat template (``backends.templates`` where its file has none: a base model reads plain
+text). A JSON schema is enforced by a grammar (llguidance) that masks the logits at every chosen token, so a
+constrained reply always parses unless it was cut at ``max_tokens``.
 Decoding is plain, chain or tree speculation (``decode.generate``) over drafts from a draft model (by default the
 model's own GGUF in llama.cpp, ``speculation.drafters.DraftTrees``) or from the job's own text; greedy and sampled
 decoding are lossless either way. Hybrid models (LFM2's convolutions, Mamba-2 layers) verify
@@ -39,6 +40,7 @@ from ..base import BaseBackend, Capabilities, OnResult, cancelled_result, error_
 from ..settings import cpu_threads
 from ..speculation.depth import CostCurve
 from ..speculation.drafters import DraftLoader, DraftTrees
+from ..templates import CHATML_TURN, template_without_one
 from .batched import generate_batch
 from .decode import Chooser, Decoded, DecodeState, JsonGrammar, Mode, SpecConfig, Speculation, decode, measure_cost
 from .hybrid import has_recurrent_state, state_keeper
@@ -166,6 +168,9 @@ class TransformersBackend(BaseBackend):
                 self.source, {})  # fmt: skip
             start = time.perf_counter()
             tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+            if not tokenizer.chat_template:  # a file without one: ChatML, or plain text for a base model
+                turns = len(tokenizer.encode(CHATML_TURN, add_special_tokens=False)) == 1
+                tokenizer.chat_template = template_without_one(turns)
             model: Any = AutoModelForCausalLM.from_pretrained(
                 folder, local_files_only=True, dtype=getattr(torch, self.dtype), **extra
             )
@@ -230,8 +235,6 @@ class TransformersBackend(BaseBackend):
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         tokenizer = self.tokenizer
-        if not tokenizer.chat_template:
-            raise ModelNotFoundError(f"{self.source} has no chat template: use an instruction-tuned model.")
         reply_started = reply_start(messages) is not None  # the reply goes on from its text
         encoded = tokenizer.apply_chat_template(
             [m.to_dict() for m in messages],
