@@ -24,7 +24,19 @@ import numpy.typing as npt
 
 from .ann import Approximate, approximate
 
-__all__ = ["SCHEMA", "VectorMatrix", "load_matrix", "nearest", "similarities", "store_vectors", "unembedded"]
+__all__ = [
+    "LOAD_BATCH",
+    "SCHEMA",
+    "VectorMatrix",
+    "load_matrix",
+    "nearest",
+    "similarities",
+    "store_vectors",
+    "unembedded",
+]
+
+LOAD_BATCH = 8192
+"""How many vectors ``load_matrix`` reads at a time."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_vectors (
@@ -122,15 +134,30 @@ def store_vectors(db: sqlite3.Connection, chunks: Sequence[int], vectors: npt.ND
 
 
 def load_matrix(db: sqlite3.Connection) -> VectorMatrix | None:
-    """Every stored vector, or None when there is none."""
-    rows = db.execute(
-        "SELECT v.chunk, c.doc, c.idx, v.vec FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk ORDER BY v.chunk"
-    ).fetchall()
-    if not rows:
+    """Every stored vector, or None when there is none. Read a batch at a time into matrices made to size: read
+    whole, the rows, their bytes joined and the float32 copy were alive at once, twice the matrix's memory again
+    at its peak (343,068 vectors: 1,135 MB for a 503 MB matrix)."""
+    query = "FROM chunk_vectors v JOIN chunks c ON c.id = v.chunk"
+    size = int(db.execute(f"SELECT count(*) {query}").fetchone()[0])
+    cursor = db.execute(f"SELECT v.chunk, c.doc, c.idx, v.vec {query} ORDER BY v.chunk")
+    columns: list[npt.NDArray[Any]] = []
+    n = 0
+    while batch := cursor.fetchmany(LOAD_BATCH):
+        if not columns:
+            dimension = len(batch[0][3]) // np.dtype(np.float16).itemsize
+            columns = [np.empty(size, np.int64) for _ in range(3)] + [np.empty((size, dimension), np.float32)]
+        if n + len(batch) > len(columns[0]):  # written since it was counted
+            columns = [np.concatenate([c, np.empty((len(batch), *c.shape[1:]), c.dtype)]) for c in columns]
+        for i in range(3):
+            columns[i][n : n + len(batch)] = [r[i] for r in batch]
+        columns[3][n : n + len(batch)] = np.frombuffer(b"".join(r[3] for r in batch), np.float16).reshape(
+            len(batch), -1
+        )
+        n += len(batch)
+    if n == 0:
         return None
-    matrix = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float16).reshape(len(rows), -1)
-    ids, docs, places = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(3))
-    return VectorMatrix(ids, docs, places, matrix.astype(np.float32))
+    ids, docs, places, rows = (c[:n] for c in columns)
+    return VectorMatrix(ids, docs, places, rows)
 
 
 def similarities(

@@ -207,6 +207,7 @@ def test_a_build_goes_on_from_a_cursor_and_appends_to_the_matrix_in_memory(monke
     asked = embedder.embed(["automobile"], query=True)[0]
     loads = []
     real_load = vectors.load_matrix
+    monkeypatch.setattr(vectors, "LOAD_BATCH", 3)  # the matrices are read in batches, the last one short
     monkeypatch.setattr("minions.protocols.search.index.load_matrix", lambda db: loads.append(1) or real_load(db))
     index.use_vector_model(embedder.name)
     index.add_vectors([r[0] for r in first], embedder.embed([r[2] for r in first]))
@@ -223,6 +224,36 @@ def test_a_build_goes_on_from_a_cursor_and_appends_to_the_matrix_in_memory(monke
     ):
         assert np.array_equal(got, want)
     assert [r.chunk.index for r in index.meaning_search(asked, k=5)] == [0, 2, 4, 6, 8]
+
+
+def test_vectors_written_between_the_count_and_the_read_are_all_loaded() -> None:
+    index = SqliteIndex()
+    chunks = [Chunk("d", i, f"car number {i}", i * 20, i * 20 + 19) for i in range(5)]
+    index.add(Document.from_text(" ".join(c.text for c in chunks), name="d"), chunks, key="d", sha256="x", size=1,
+              profile={})  # fmt: skip
+    embedder = KeywordEmbedder()
+    index.use_vector_model(embedder.name)
+    rows = index.unembedded(5)
+    index.add_vectors([r[0] for r in rows], embedder.embed([r[2] for r in rows]))
+
+    class CountedEarlier:
+        """The index's connection, whose count of vectors was taken before the last two were written."""
+
+        def execute(self, sql: str, *args: object) -> object:
+            cursor = index._db.execute(sql, *args)
+            return _Fixed((3,)) if sql.startswith("SELECT count(*)") else cursor
+
+    loaded = vectors.load_matrix(CountedEarlier())  # type: ignore[arg-type]
+    assert loaded is not None and loaded.chunks.tolist() == [r[0] for r in rows] and loaded.rows.shape == (5, 4)
+    assert np.allclose(loaded.rows, embedder.embed([r[2] for r in rows]), atol=1e-3)  # stored as float16
+
+
+class _Fixed:
+    def __init__(self, row: tuple[int, ...]) -> None:
+        self.row = row
+
+    def fetchone(self) -> tuple[int, ...]:
+        return self.row
 
 
 @pytest.mark.slow
