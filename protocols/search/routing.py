@@ -231,21 +231,25 @@ def route(
     names = list(profiles)
     if len(names) <= limit:
         return Route(names, {}, len(names), False, _cover_names(question, profiles, document_frequency, library))
-    covers = {n: set(profiles[n].get("terms", ())) for n in names}
-    df = Counter(t for terms in covers.values() for t in terms)
-    for t, f in (document_frequency or {}).items():
-        df[t] = max(df[t], f)
+    on_cover = _cover_holders(profiles)
     n_docs = len(names)
     q_terms = set(tokenize(question, languages(profiles.values())))
     holders = {pair: set(docs) for pair, docs in (pairs or {}).items() if docs}
+    df = Counter({t: len(on_cover.get(t, ())) for t in q_terms | set(holders)})
+    for t, f in (document_frequency or {}).items():
+        df[t] = max(df[t], f)
     for pair, docs in holders.items():
         df[pair] = max(df[pair], len(docs))
     weight = {t: math.log(n_docs / df[t]) for t in q_terms if _naming(df[t], n_docs)}
     for pair in holders:  # what the pair says beyond its words (a name's words may name something alone)
         weight[pair] = max(0.0, math.log(n_docs / df[pair]) - sum(weight.get(t, 0.0) for t in pair.split()))
+    on_covers: dict[str, list[str]] = {}
+    for t in q_terms & weight.keys():
+        for n in on_cover.get(t, ()):
+            on_covers.setdefault(n, []).append(t)
     name_score, matched = {}, {}
     for n in names:
-        hits = [t for t in q_terms & covers[n] if t in weight] + [p for p, docs in holders.items() if n in docs]
+        hits = on_covers.get(n, []) + [p for p, docs in holders.items() if n in docs]
         matched[n] = sorted(t for t in hits if weight[t] > 0)
         name_score[n] = sum(weight[t] for t in matched[n])
     top = max(names, key=lambda n: name_score[n])
@@ -278,6 +282,27 @@ def route(
     why = {n: _why(matched[n], profiles[n], latest, forms, dated.get(n)) for n in chosen}
     named = tuple(dict.fromkeys(w for t in matched[chosen[0]] for w in t.split()))
     return Route(chosen, why, n_docs, True, named)
+
+
+def _cover_holders(profiles: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Sequence[str]]:
+    """Each term on the covers of ``profiles``' documents, with the documents whose covers hold it. Kept for the
+    next question while its profiles are the same objects (an index reads its documents again only after a
+    change): a question looks up its own terms, and does not read every document's cover."""
+    entries = list(profiles.items())
+    kept = _COVERS[0]
+    same = kept is not None and len(kept[0]) == len(entries)
+    if kept is not None and same and all(a == b and p is q for (a, p), (b, q) in zip(kept[0], entries, strict=True)):
+        return kept[1]
+    held: dict[str, list[str]] = {}
+    for name, profile in entries:
+        for term in dict.fromkeys(profile.get("terms", ())):
+            held.setdefault(term, []).append(name)
+    _COVERS[0] = (entries, held)
+    return held
+
+
+_COVERS: list[tuple[list[tuple[str, Mapping[str, Any]]], dict[str, list[str]]] | None] = [None]
+"""The last ``_cover_holders``: the profiles it was made of (held, so that they are the same objects), and it."""
 
 
 def _cover_names(

@@ -394,6 +394,18 @@ def test_a_day_the_question_names_picks_the_8k_of_that_day() -> None:
     assert route(q, profiles, frequency, dates=days) == route(q, profiles, frequency)  # a year's end: shared
 
 
+def test_the_covers_words_kept_between_questions_follow_a_changed_library() -> None:
+    """The cover words are looked up by word, kept while the profiles are the same objects: a document added, or a
+    profile read again with other words, routes the next question by what the covers say now."""
+    profiles = {n: {"terms": [n, "widgets"], "chunks": 10} for n in ("acme", "zenith", "orbit", "nova")}
+    assert route("What does Acme sell?", profiles, limit=1).documents == ["acme"]
+    assert route("What does Zenith sell?", profiles, limit=1).documents == ["zenith"]  # the words kept
+    profiles["apex"] = {"terms": ["apex", "widgets"], "chunks": 10}
+    assert route("What does Apex sell?", profiles, limit=1).documents == ["apex"]
+    profiles["orbit"] = {"terms": ["orbit", "acme", "widgets"], "chunks": 10}  # read again: the same name, new words
+    assert route("What does Acme sell?", profiles, limit=2).documents == ["acme", "orbit"]
+
+
 def test_a_question_that_names_no_period_asks_for_the_latest_report_of_the_form_it_names() -> None:
     acme = {"terms": ["acme"], "chunks": 100}
     profiles = {
