@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 AnswerMode = Literal["auto", "write", "quote"]
-ChooseBy = Literal["auto", "scores", "schema", "quote"]
+ChooseBy = Literal["auto", "scores", "schema", "meaning", "quote"]
 
 
 class InputError(ConfigError, ValueError):
@@ -111,16 +111,18 @@ class RunOptions:
     choose: ChooseBy = "auto"
     """Local reading, a question with a closed set of answers (yes/no, options: ``protocols.choices``): how the
     local model chooses one on its quotes (``protocols.evidence.choosing``): "scores", by the options'
-    log-probabilities; "schema", under a JSON schema that allows only them; "auto", scores where the backend
-    reports log-probabilities, else the schema, where the caller gave the choices (a benchmark's options), and the
-    best quote for a closed form read off the question's text ("Did revenue grow?"): SmolLM2-135M's picks measured
-    no better than chance (docs/local-reading.md), and a "No" above a quote that says yes misleads; "quote", no
-    choice (the answer is the best quote)."""
+    log-probabilities; "schema", under a JSON schema that allows only them; "meaning", the lettered option closest
+    in meaning to the quotes (the embedding model of ``embeddings``, on this device); "auto", where the caller
+    gave the choices (a benchmark's options), by meaning for lettered options where an embedding model runs on
+    this device and the local model is too small to write its answer (``answer``), else scores where the backend
+    reports log-probabilities, else the schema, and the best quote for a closed form read off the question's text
+    ("Did revenue grow?"): SmolLM2-135M's picks measured no better than chance (docs/local-reading.md), and a "No"
+    above a quote that says yes misleads; "quote", no choice (the answer is the best quote)."""
     unsure_margin: float = 0.02
-    """Local choice by scores: where the best option's probability (over the options) is within this of the next,
-    the answer says the model is not sure instead of guessing. Chosen on PubMedQA's dev split (docs/local-reading.md):
-    0.05 set aside 17 of 123 of SmolLM2's picks and 56 of 173 of Gemma 3 270M's, without the picks kept being right
-    more often; 0.02 sets aside the near-ties."""
+    """Local choice by scores (by meaning): where the best option's probability over the options (its cosine to the
+    quotes) is within this of the next, the answer says the model is not sure instead of guessing. Chosen on
+    PubMedQA's dev split, by scores (docs/local-reading.md): 0.05 set aside 17 of 123 of SmolLM2's picks and 56 of
+    173 of Gemma 3 270M's, without the picks kept being right more often; 0.02 sets aside the near-ties."""
     batch_size: int = 64
     """Local jobs per batch call. The engine runs as many at once as it has sequences and refills them as jobs
     finish, so larger batches keep it busy; cancellation reaches the backend inside a batch."""

