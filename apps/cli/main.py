@@ -164,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--choose",
         choices=get_args(ChooseBy),
         help="local, a yes/no question or one with options: the local model answers with one of them, by their "
-        "log-probabilities (scores) or under a JSON schema (schema), then its quote; default: the best quote "
-        "(SmolLM2-135M's picks measured no better than chance)",
+        "log-probabilities (scores), under a JSON schema (schema) or, for lettered options, by their closeness in "
+        "meaning to its quotes (meaning), then its quote; default: the best quote (SmolLM2-135M's picks by "
+        "scores measured no better than chance)",
     )
     ask.set_defaults(func=cmd_ask)
 

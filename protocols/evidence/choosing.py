@@ -266,7 +266,7 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
         ctx.reading["choice"] = {
             "options": list(choices.options),
             "by": "quote",
-            "asked": "choose='scores' or 'schema'",
+            "asked": "choose='meaning', 'scores' or 'schema'" if choices.lettered else "choose='scores' or 'schema'",
         }
         return None
     question = ctx.question or ctx.task

@@ -140,6 +140,10 @@ def test_choose_quote_keeps_the_quote_answer_and_an_open_question_asks_no_choice
     # a yes/no form read off the question's text: "auto" answers with the quote, and says how to ask for a choice
     read_off = local_run(chooser, "Was revenue in fiscal 2023 $4.2 billion?", documents=[doc])
     assert read_off.answer.startswith(quote_answer) and read_off.reading["choice"]["by"] == "quote"
+    assert read_off.reading["choice"]["asked"] == "choose='scores' or 'schema'"
+    lettered = local_run(chooser, f"{QUESTION}\nA. $3.1 billion\nB. $4.2 billion", documents=[doc]).reading["choice"]
+    assert lettered["options"] == ["$3.1 billion", "$4.2 billion"]
+    assert (lettered["by"], lettered["asked"]) == ("quote", "choose='meaning', 'scores' or 'schema'")
     assert chooser.choices_asked() == []
 
 
