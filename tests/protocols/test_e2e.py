@@ -227,3 +227,31 @@ def test_a_yes_no_question_is_answered_in_its_form_by_a_model_behind_a_server(op
     )
     result = LocalOnly(local, choose=choose).run(YES_NO, [load_document(DEMO)])
     assert_closed_answer(result, "scores" if choose == "scores" and local.capabilities.logprobs else "schema")
+
+
+REVENUE_OPTIONS = ["Its revenue rose to $31.8 million.", "It appointed a new auditor.", "It opened an office in Oslo."]
+
+
+def assert_lettered_answer(result: RunResult) -> None:
+    """Lettered options given, a 135M model: chosen by their closeness in meaning to its quotes, then the quote."""
+    choice = result.reading["choice"]
+    assert (choice["by"], choice["picked"], choice["abstained"]) == ("meaning", 0, False)
+    first, rest = result.answer.split("\n", 1)
+    assert first == f"A: {REVENUE_OPTIONS[0]}" and rest.startswith("According to northwind-annual-report-2025.md")
+
+
+def test_lettered_options_are_chosen_by_meaning_with_the_embedded_model(local):
+    question = "What happened to Northwind's revenue in 2025?"
+    result = LocalOnly(local, embeddings="auto").run(question, [load_document(DEMO)], choices=REVENUE_OPTIONS)
+    assert_lettered_answer(result)
+
+
+def test_lettered_options_are_chosen_by_meaning_with_a_model_behind_a_server(openai_server):
+    from minions.backends.openai import OpenAIBackend
+
+    local = OpenAIBackend(
+        "smollm2", base_url=openai_server, context_window=4096, timeout=120, json_schema_style="json_object"
+    )
+    question = "What happened to Northwind's revenue in 2025?"
+    result = LocalOnly(local, embeddings="auto").run(question, [load_document(DEMO)], choices=REVENUE_OPTIONS)
+    assert_lettered_answer(result)
