@@ -249,8 +249,7 @@ def choose(ctx: RunContext, quotes: Sequence[Citation]) -> Choice | None:
         # a model too small to write its answer (``written.answer_mode``) reads a letter no better than chance
         mode, why = answer_mode("auto", ctx.local) if how == "auto" else ("quote", "choose=meaning was asked for")
         embedder = ctx.embedder
-        here = embedder is not None and (embedder.address is None or on_this_device(embedder.address))
-        if embedder is not None and here and choices.lettered and mode == "quote":
+        if embedder is not None and on_this_device(embedder.address) and choices.lettered and mode == "quote":
             chosen = by_meaning(embedder, choices, texts, ctx.options.unsure_margin)
             ctx.reading["choice"] = chosen.to_dict() | {"why": why}
             return chosen

@@ -186,7 +186,7 @@ def by_sentence(
     ``asked`` (the question's vector), both scaled to 0..1 over the ``depth``; the rest follow as they were. Only
     with an embedder on this device: one elsewhere would be sent the documents' sentences at every question (what
     was sent when they were added is the library's; this would be each run's)."""
-    if embedder.address is not None and not on_this_device(embedder.address):
+    if not on_this_device(embedder.address):
         return list(ranked)
     head = list(ranked[:depth])
     texts, owners = [], []

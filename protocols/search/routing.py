@@ -290,8 +290,11 @@ def _cover_holders(profiles: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Se
     change): a question looks up its own terms, and does not read every document's cover."""
     entries = list(profiles.items())
     kept = _COVERS[0]
-    same = kept is not None and len(kept[0]) == len(entries)
-    if kept is not None and same and all(a == b and p is q for (a, p), (b, q) in zip(kept[0], entries, strict=True)):
+    if (
+        kept is not None
+        and len(kept[0]) == len(entries)
+        and all(a == b and p is q for (a, p), (b, q) in zip(kept[0], entries, strict=True))
+    ):
         return kept[1]
     held: dict[str, list[str]] = {}
     for name, profile in entries:
