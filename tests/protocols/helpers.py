@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from minions.backends.embeddings import normalized
 from minions.types import Message, SamplingParams
 
 FACT = "Revenue in fiscal 2023 was $4.2 billion, up 12 percent."
@@ -13,6 +17,27 @@ FILLER = (
     "The company designs, manufactures and sells industrial equipment to customers in many countries. "
     "Operations are organized in three segments with separate management teams and reporting lines. "
 )
+
+
+class WordsEmbedder:
+    """A stand-in embedding model for the protocols' logic: a text's vector counts ``words`` (each of ``alike``'s
+    keys counts as the word it names), so texts are close where they share those words."""
+
+    name = "test/words"
+    address: str | None = None
+
+    def __init__(self, words: Sequence[str], alike: Mapping[str, str] | None = None) -> None:
+        self.words = tuple(words)
+        self.alike = dict(alike or {})
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
+        self.calls.append(len(texts))
+        rows = [[self._count(t.lower(), w) for w in self.words] for t in texts]
+        return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
+
+    def _count(self, text: str, word: str) -> int:
+        return text.count(word) + sum(text.count(a) for a, meant in self.alike.items() if meant == word)
 
 
 def make_text(paragraphs: int = 12) -> str:

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pytest
 
 from minions.backends.base import Capabilities
-from minions.backends.embeddings import normalized
 from minions.backends.scripted import ScriptedBackend, ScriptedCall
 from minions.protocols import LocalOnly, RemoteOnly
 from minions.protocols.choices import as_choices
@@ -18,7 +16,7 @@ from minions.protocols.evidence.choosing import by_meaning, choice_answer
 from minions.protocols.result import Citation
 from minions.types import ChatResult, Message, SamplingParams, Timings, Usage
 
-from ..helpers import FACT, job_reply
+from ..helpers import FACT, WordsEmbedder, job_reply
 
 QUESTION = "What was revenue in fiscal 2023?"
 OPTIONS = ["$3.1 billion", "$4.2 billion", "$5.0 billion"]
@@ -158,27 +156,19 @@ def test_options_given_to_a_run_are_listed_for_the_protocols_that_read_the_quest
     assert "Options:\nA. $3.1 billion\nB. $4.2 billion\nC. $5.0 billion" in prompt
 
 
-class WordsEmbedder:
-    """A stand-in embedding model for the choice's logic: a text's vector counts a few words."""
-
-    name = "test/words"
-    address: str | None = None
-    WORDS = ("revenue", "grew", "fell", "warehouse", "turbine")
-
-    def embed(self, texts, *, query=False):
-        rows = [[t.lower().count(w) for w in self.WORDS] for t in texts]
-        return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
+def words_embedder() -> WordsEmbedder:
+    return WordsEmbedder(("revenue", "grew", "fell", "warehouse", "turbine"))
 
 
 def test_lettered_options_are_chosen_by_their_closeness_in_meaning_to_the_quotes() -> None:
     choices = as_choices(["Revenue fell.", "Revenue grew.", "A warehouse stores turbine blades."])
     quotes = ["Revenue grew 12 percent.", "Paragraph 3 of the filler."]
-    choice = by_meaning(WordsEmbedder(), choices, quotes, margin=0.02)
+    choice = by_meaning(words_embedder(), choices, quotes, margin=0.02)
     assert (choice.by, choice.picked, choice.picks, choice.probabilities) == ("meaning", 1, (), None)
     assert choice.closeness is not None and choice.ranked == [1, 0, 2]
     assert choice.to_dict()["closeness"][1] == pytest.approx(1.0, abs=1e-3)
     # two options as close as each other to the quotes: not sure, and the answer names both
-    alike = by_meaning(WordsEmbedder(), as_choices(["Revenue fell.", "Revenue grew."]), ["Revenue."], margin=0.02)
+    alike = by_meaning(words_embedder(), as_choices(["Revenue fell.", "Revenue grew."]), ["Revenue."], margin=0.02)
     assert alike.abstained and alike.ranked[:2] in ([0, 1], [1, 0])
     said = choice_answer(alike, Citation("Revenue.", "report.txt", 0, line=3))
     assert said.startswith("Not sure: the local model cannot tell 'A: Revenue fell.' from 'B: Revenue grew.'") or (

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from minions.backends.embeddings import OnnxEmbedder, SentenceTransformersEmbedder, normalized, resolve_embedder
+from minions.backends.embeddings import OnnxEmbedder, SentenceTransformersEmbedder, resolve_embedder
 from minions.chunking import Chunk
 from minions.documents import Document
 from minions.errors import ConfigError
@@ -25,29 +25,24 @@ from minions.protocols.search.meaning import (
     fuse,
     meaning_order,
     meaning_scores,
+    sentence_meaning,
 )
 from minions.protocols.search.ranking import Ranked, lexical_rank
+
+from ..helpers import WordsEmbedder
 
 BANK = Chunk("d", 0, "The bank raised its interest rates twice this year.", 0, 50)
 BUDGET = Chunk("d", 1, "The committee approved the budget for the next year.", 50, 100)
 CAR = Chunk("d", 2, "A red car was parked outside the office every morning.", 100, 150)
 
 
-class KeywordEmbedder:
-    """A stand-in model for the protocol logic: a text's vector counts a few words."""
+class KeywordEmbedder(WordsEmbedder):
+    """A stand-in model for the protocol logic: a text's vector counts a few words ("automobile" is a car)."""
 
     name = "test/keywords"
-    address: str | None = None
-    WORDS = ("car", "bank", "budget", "automobile")
 
     def __init__(self) -> None:
-        self.calls: list[int] = []
-
-    def embed(self, texts: Sequence[str], *, query: bool = False) -> np.ndarray:
-        self.calls.append(len(texts))
-        rows = [[t.lower().count(w) + (t.lower().count("automobile") if w == "car" else 0) for w in self.WORDS]
-                for t in texts]  # fmt: skip
-        return normalized(np.asarray(rows, dtype=np.float32) + 1e-3)
+        super().__init__(("car", "bank", "budget", "automobile"), alike={"automobile": "car"})
 
 
 def test_fusion_mixes_scaled_words_and_meaning_at_meanings_weight() -> None:
@@ -115,7 +110,21 @@ def test_no_sentence_is_sent_to_an_embedding_model_elsewhere() -> None:
     embedder.address = "https://embeddings.example.com/v1"
     ranked = [Ranked(BANK, 1.0), Ranked(LONG_BUDGET, 0.9)]
     assert by_sentence(ranked, [0.0, 0.0, 0.0, 1.0], embedder, VectorCache(":memory:"), weight=1.5) == ranked
+    assert sentence_meaning(embedder, question="Who parked the car?") is None  # nor the sentences a run reads
     assert embedder.calls == []
+
+
+def test_sentences_are_ordered_by_words_and_closeness_together() -> None:
+    """``SentenceMeaning.order``: words' scores and the cosines, each scaled to 0..1 over the texts, mixed at the
+    weight on meaning; an empty text (a job that quoted nothing) is the farthest in meaning."""
+    texts = ["The bank raised its rates.", "A red automobile was parked outside.", ""]
+    by_words = [(0, 2.0), (2, 1.0), (1, 0.0)]  # the bank's sentence shares the question's words
+    meaning = sentence_meaning(KeywordEmbedder(), question="Whose car was parked?", cache=VectorCache(":memory:"))
+    assert meaning is not None
+    assert meaning.order(texts, by_words, weight=0.0) == [(0, 1.0), (2, 0.5), (1, 0.0)]
+    mixed = meaning.order(texts, by_words, weight=0.6)
+    assert [i for i, _ in mixed] == [1, 0, 2]  # the car's sentence 0.6; the bank's 0.4; the empty one 0.2
+    assert meaning.order(texts, by_words[:1]) == by_words[:1]
 
 
 def test_a_chunks_header_says_where_it_stands() -> None:
