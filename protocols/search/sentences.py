@@ -20,7 +20,10 @@ MIN_SPAN_CHARS = 40
 """A shorter line joins the text after it; where a long span is cut, no piece is shorter than this."""
 FIGURE_LINE = 0.6
 """A line at least this share of whose tokens are figures is the values of the line before it."""
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=\S)|(?<=[a-z0-9%][.!?])(?=[A-Z][a-z])")
+"""Where a sentence ends: after its full stop and the space that follows; or where the space is missing and a
+capitalised word follows at once ("... to OEMs.We can't", as lines joined by a transcript's or a PDF's text
+often are), not after a capital ("U.S.Bank")."""
 _ABBREVIATION = re.compile(
     r"(?:\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|Inc|Ltd|Co|Corp|No|Nos|Fig|Figs|Eq|Vol|vs|al|approx|e\.g|i\.e|etc)|\b[A-Z])\.$"
 )
