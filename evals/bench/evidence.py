@@ -10,6 +10,12 @@ model, one JSON line per item and a summary line with the recall curves (@1, @5,
   model is shown in Minions and what the ``local`` answer step reads. It has ``read_chunks`` passages, so its
   recall stops growing there; below ``ranking``'s where a quote lies on another page than the gold one.
 
+Where the gold answer is a short fact (``SHORT_ANSWER``), ``answered`` says whether the local answer holds it as
+written, and the summary counts them (``answered``: ``yes`` of ``of``): the whole path, ranking, the sentence
+picked and the quote put first, on questions of one's own (``evals/bench/written/calls.jsonl``). ``quoted_gold``
+says whether the answer's quote lies in the gold evidence (on a gold page; across a gold span), counted the same
+way.
+
 Page recall does not see which sentence of a chunk the local model picked, so the lines also count, over the read
 chunks that hold a figure of the gold answer ("$1577.00" is 1,577 in the filing), how often the quote passed on
 holds it (``picks``: ``figure_chunks``, ``model`` for the quote picked, ``words`` for the chunk's best sentence by
@@ -57,6 +63,7 @@ index's size with vectors.
 from __future__ import annotations
 
 import logging
+import re
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -75,7 +82,7 @@ from minions.protocols.evidence.citations import chunk_evidence
 from minions.protocols.evidence.jobs import BY_WORDS
 from minions.protocols.evidence.quotes import answer_spans, candidates
 from minions.protocols.library import AddReport, Library
-from minions.protocols.result import Evidence, JobRecord, RunResult
+from minions.protocols.result import Citation, Evidence, JobRecord, RunResult
 from minions.protocols.search.bm25 import BM25
 from minions.protocols.search.meaning import MEANING_WEIGHT
 from minions.protocols.search.profiles import describe, knowledge_of
@@ -313,6 +320,8 @@ def _item_line(
         read=[_read(j, e) for j, e in zip(result.jobs, result.evidence, strict=False)],
         picks=_picks(item, result.jobs, {(c.document, c.index): c for c in chunks}),
         answer=result.answer[:300],
+        answered=answered(result.answer, item.gold),
+        quoted_gold=quoted_gold(item, result.citations[0] if result.citations else None),
         rank_s=round(result.timings.get("rank_s", 0.0), 2),
         prefill_s=round(result.timings.get("local_prefill_s", 0.0), 2),
         decode_s=round(result.timings.get("local_decode_s", 0.0), 2),
@@ -347,6 +356,43 @@ def _compared(item: EvalItem, ours: RunResult, theirs: RunResult) -> dict[str, A
         "wall_s": round(theirs.timings.get("total_s", 0.0), 2),
         "error": theirs.error,
     }
+
+
+SHORT_ANSWER = 60
+"""A gold answer this long or shorter is a fact ("$2.1 billion", "Acton, Massachusetts") an answer can hold as is;
+a longer one explains, and ``answered`` says nothing of it."""
+
+
+def answered(answer: str, gold: Sequence[str]) -> bool | None:
+    """Whether ``answer`` holds one of the short ``gold`` answers as written (case, spacing, commas and currency
+    signs aside); None where every gold answer is longer than ``SHORT_ANSWER`` (an explanation, not a fact)."""
+    short = [g for g in gold if 0 < len(g.strip()) <= SHORT_ANSWER]
+    if not short:
+        return None
+    flat = _flat(answer)
+    return any(_flat(g) in flat for g in short)
+
+
+def quoted_gold(item: EvalItem, quote: Citation | None) -> bool | None:
+    """Whether the answer's quote lies in ``item``'s gold evidence: on a gold page, or across a gold span where the
+    document has no pages; None where there is no quote."""
+    if quote is None:
+        return None
+    for gold in (g for s in item.evidence for g in s if g.document == quote.document):
+        if gold.pages and set(gold.pages) & set(quote.pages):
+            return True
+        places = (gold.start, gold.end, quote.start, quote.end)
+        if not gold.pages and None not in places and _overlap(*places):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def _overlap(start: int, end: int, other_start: int, other_end: int) -> bool:
+    return other_start < end and start < other_end
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"[\s,$€£]", "", text.casefold())
 
 
 def _figures(text: str) -> set[str]:
@@ -500,6 +546,9 @@ def evidence_bench(data: str | Path | None, config: EvidenceBenchConfig) -> Iter
         summary["same_quotes"] = {"same": same, "read": read, "rate": round(same / read, 3) if read else None}
         summary["compare_failed"] = sum(c["failed"] for c in compared)
         summary["compare_wall_s_median"] = sorted(c["wall_s"] for c in compared)[len(compared) // 2]
+    for key in ("answered", "quoted_gold"):
+        said = [line[key] for line in lines if line.get(key) is not None]
+        summary.update({key: {"yes": sum(said), "of": len(said)}} if said else {})
     picks = [line["picks"] for line in lines if "picks" in line]
     if picks:
         summary["picks"] = {k: sum(p[k] for p in picks) for k in picks[0]}

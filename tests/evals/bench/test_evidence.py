@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minions.evals.bench.evidence import EvidenceBenchConfig, evidence_bench
+from minions.evals.bench.evidence import EvidenceBenchConfig, answered, evidence_bench, quoted_gold
 from minions.evals.errors import EvalError
 
 from ..conftest import DATA, needs
@@ -50,6 +50,40 @@ def test_the_local_side_passes_on_what_it_read_with_its_pages(benchmark_data):
     assert item["ranking"]["@1"] == item["rag"]["@1"]  # the model picks sentences, it leaves the ranking alone
     assert len(item["cited_pages"]) <= 3 and item["rank_s"] >= 0 and item["wall_s"] > 0
     assert summary["shown"] == item["shown"] and summary["scored"]
+    assert summary["answered"] == {"yes": int(item["answered"]), "of": 1}  # "$1577.00": a fact the answer may hold
+    assert summary["quoted_gold"] == {"yes": int(item["quoted_gold"]), "of": 1}
+
+
+def test_a_short_gold_answer_is_answered_where_the_answer_holds_it_as_written() -> None:
+    assert answered("According to call.txt, line 9: \u201cNet revenues were $96.6 million.\u201d", ["$96.6 million"])
+    assert answered("Cisco represented 15% of total revenues.", ["cisco"])
+    assert not answered("Net revenues were $96.7 million.", ["$96.6 million"])
+    explained = "The quick ratio has slightly improved from 0.67 times to 0.69 times between FY2022 and FY2023."
+    assert answered("0.69", [explained]) is None  # an explanation, not a fact an answer holds as written
+
+
+def test_the_answers_quote_is_in_the_gold_where_it_shares_a_gold_page_or_crosses_a_gold_span() -> None:
+    from minions.evals.gold import GoldEvidence
+    from minions.evals.items import EvalItem
+    from minions.protocols.result import Citation
+
+    paged = EvalItem(
+        id="p", question="q", gold=("x",), metric="f1", load=list, evidence=((GoldEvidence("r.pdf", pages=(60,)),),)
+    )
+    assert quoted_gold(paged, Citation("...", "r.pdf", 3, pages=(60,)))
+    assert not quoted_gold(paged, Citation("...", "r.pdf", 2, pages=(59,)))
+    assert quoted_gold(paged, None) is None
+    spans = EvalItem(
+        id="s",
+        question="q",
+        gold=("x",),
+        metric="f1",
+        load=list,
+        evidence=((GoldEvidence("c.txt", start=100, end=180),),),
+    )
+    assert quoted_gold(spans, Citation("...", "c.txt", 0, start=150, end=300))
+    assert not quoted_gold(spans, Citation("...", "c.txt", 0, start=180, end=300))
+    assert not quoted_gold(spans, Citation("...", "other.txt", 0, start=150, end=300))
 
 
 @pytest.mark.slow
