@@ -32,6 +32,7 @@ from ..parsing import extract_json, normalize, salvage_fields
 from ..prompts import render
 from ..result import JobRecord
 from ..schemas import JobOutput
+from ..search.meaning import SentenceMeaning
 from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import fused_order
 from ..search.sentences import Span
@@ -89,10 +90,12 @@ class Job:
     """The sentences the job may quote; computed from the chunk and the instruction when not given."""
     knowledge: Knowledge = field(default=GENERAL, compare=False, repr=False)
     """What the documents add to the core of search (``search.profiles``), for choosing the sentences."""
+    meaning: SentenceMeaning | None = field(default=None, compare=False, repr=False)
+    """The sentences' closeness to the instruction, for choosing them beside words (None: words alone)."""
 
     def __post_init__(self) -> None:
         if not self.options:
-            found = candidates(self.chunk, self.instruction, knowledge=self.knowledge)
+            found = candidates(self.chunk, self.instruction, knowledge=self.knowledge, meaning=self.meaning)
             object.__setattr__(self, "options", tuple(found))
 
     @property
@@ -301,13 +304,14 @@ def _scored(job: Job, result: ChatResult) -> Outcome:
 
 
 def pick_sentence(options: Sequence[Span], model_scores: Sequence[float], question: str) -> int:
-    """The index of the option to quote. ``options`` come best first by words; the model's scores (one per
-    option) re-order those that share a word with the question, fused with their order by words
-    (``fused_order``, ``SENTENCE_MODEL_WEIGHT`` on the model's term), and never lift one that shares no word over
-    one that does: a model that favours early labels must not quote a sentence unrelated to the question. When
-    no option shares a word, the fusion weighs them all."""
+    """The index of the option to quote. ``options`` come best first (by words, and by meaning where the run weighs
+    it: ``quotes.candidates``); the model's scores (one per option) re-order the first and those that share a word
+    with the question, fused with their order (``fused_order``, ``SENTENCE_MODEL_WEIGHT`` on the model's term),
+    and never lift another that shares no word over them: a model that favours early labels must not quote a
+    sentence unrelated to the question. When no option shares a word, the fusion weighs them all."""
     terms = set(tokenize(question))
-    pool = [i for i, s in enumerate(options) if terms & set(tokenize(s.text))] or list(range(len(options)))
+    shared = [i for i, s in enumerate(options) if terms & set(tokenize(s.text))]
+    pool = sorted({0, *shared}) if shared else list(range(len(options)))
     best, _ = fused_order([model_scores[i] for i in pool], weight=SENTENCE_MODEL_WEIGHT)[0]
     return pool[best]
 
@@ -372,11 +376,18 @@ class ChunksRead:
     scored: bool
 
 
-def read_chunks(ctx: RunContext, question: str, chunks: Sequence[Chunk], by_model: Sequence[bool]) -> ChunksRead:
+def read_chunks(
+    ctx: RunContext,
+    question: str,
+    chunks: Sequence[Chunk],
+    by_model: Sequence[bool],
+    meaning: SentenceMeaning | None = None,
+) -> ChunksRead:
     """A job of ``question`` over each of ``chunks`` (best first), and its record: run by the local model where
-    ``by_model`` says so (``run_jobs``), else quoted by words (``by_words``). Every record lands in ``ctx.jobs``,
-    in job order."""
-    jobs = [Job(ctx.next_job_id + i, 1, question, c, knowledge=ctx.knowledge) for i, c in enumerate(chunks)]
+    ``by_model`` says so (``run_jobs``), else quoted by words (``by_words``); ``meaning``: the sentences offered
+    ordered by their closeness too. Every record lands in ``ctx.jobs``, in job order."""
+    jobs = [Job(ctx.next_job_id + i, 1, question, c, knowledge=ctx.knowledge, meaning=meaning)
+            for i, c in enumerate(chunks)]  # fmt: skip
     read = iter(run_jobs(ctx, [j for j, model in zip(jobs, by_model, strict=True) if model]))
     records = [next(read) if model else by_words(job) for job, model in zip(jobs, by_model, strict=True)]
     ctx.jobs.extend(r for r, model in zip(records, by_model, strict=True) if not model)

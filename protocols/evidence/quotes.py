@@ -10,8 +10,10 @@ So the quote is verbatim by construction, and the short answer is taken from the
 the figures the chosen sentence contains (or null). Candidates are the sentences (or table rows) of the chunk
 that share most with the question, at most ``MAX_CANDIDATES``, in document order.
 
-The quotes the jobs picked are then ordered by how well they alone match the question (``best_quotes``), and the
-local answer is the best of them with its place (``local_answer``).
+With an embedding model on this device, the candidates are ordered by their closeness in meaning to the question
+too (``search.meaning.SentenceMeaning``): a sentence that answers in other words shares few of the question's.
+The quotes the jobs picked are then ordered by how well they alone match the question, beside their chunks' place in
+the ranking (``best_quotes``), and the local answer is the best of them with its place (``local_answer``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from minions.chunking import Chunk
 
 from ..search.figures import figure_share, figures
+from ..search.meaning import SentenceMeaning, scaled
 from ..search.profiles import GENERAL, Knowledge
 from ..search.ranking import word_order
 from ..search.sentences import WRAPPED_LINE, Span, spans
@@ -36,6 +39,9 @@ MAX_CANDIDATES = 8
 MIN_QUOTE_WORDS = 4
 """Shorter spans ("Mr.") and headings are offered only when a chunk has nothing else: they answer nothing."""
 MAX_ANSWERS = 6
+QUOTE_RANK_WEIGHT = 0.5
+"""The weight of a quote's chunk's place in the ranking (1 / (1 + place)) beside how well the quote alone matches
+the question (``best_quotes``)."""
 NO_VALUE_WEIGHT = 0.2
 """For a question that asks for a quantity, the weight of a span that states no value: it cannot hold the amount.
 On FinanceBench's read chunks that hold the answer's figure (``minions bench evidence``, ``picks``), the best
@@ -54,11 +60,17 @@ def labeled(text: str) -> list[tuple[str, Span]]:
     return [(LABELS[i] if i < len(LABELS) else "", s) for i, s in enumerate(spans(text))]
 
 
-def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES, knowledge: Knowledge = GENERAL) -> list[Span]:
+def candidates(
+    chunk: Chunk,
+    question: str,
+    k: int = MAX_CANDIDATES,
+    knowledge: Knowledge = GENERAL,
+    meaning: SentenceMeaning | None = None,
+) -> list[Span]:
     """The ``k`` spans of ``chunk`` that rank best for ``question`` by words (``ranking.word_order``, terms in
-    ``knowledge``'s languages), best first; ties in document order. For a question that asks for a quantity, a span
-    that states no value (no figure, or only years and list numbers: a table's header row) weighs
-    ``NO_VALUE_WEIGHT`` of its score."""
+    ``knowledge``'s languages), with ``meaning`` by their closeness too (``SentenceMeaning.order``), best first;
+    ties in document order. For a question that asks for a quantity, a span that states no value (no figure, or
+    only years and list numbers: a table's header row) weighs ``NO_VALUE_WEIGHT`` of its score."""
     found = spans(chunk.text)
     all_spans = [s for s in found if _statement(s.text)] or [s for s in found if len(s.text) >= 3]
     texts = [s.text for s in all_spans]
@@ -66,6 +78,7 @@ def candidates(chunk: Chunk, question: str, k: int = MAX_CANDIDATES, knowledge: 
     if knowledge.asks_for_quantity(question):
         weighed = [(i, score if states_value(texts[i]) else score * NO_VALUE_WEIGHT) for i, score in order]
         order = sorted(weighed, key=lambda item: (-item[1], item[0]))
+    order = meaning.order(texts, order) if meaning is not None else order
     return [all_spans[i] for i, _ in order[:k]]
 
 
@@ -112,13 +125,29 @@ def quote_schema(options: Sequence[Span]) -> dict[str, Any]:
     return {"anyOf": [*alternatives, alternative(NONE, [None])]}
 
 
-def best_quotes(findings: Sequence[Finding], question: str, knowledge: Knowledge = GENERAL) -> list[Finding]:
+def best_quotes(
+    findings: Sequence[Finding],
+    question: str,
+    knowledge: Knowledge = GENERAL,
+    meaning: SentenceMeaning | None = None,
+    *,
+    rank_weight: float = QUOTE_RANK_WEIGHT,
+) -> list[Finding]:
     """``findings`` (in their chunks' rank order) re-ordered by how well their quotes alone match ``question``
-    (``search.ranking.word_order`` over the quotes, with what the documents' profile adds; ties keep the chunks'
-    order): the answer is a sentence, and a sentence that holds the question's terms beats one from a chunk that
-    holds them elsewhere."""
+    (``search.ranking.word_order`` over the quotes, with what the documents' profile adds, and with ``meaning`` by
+    their closeness too: ``SentenceMeaning.order``; scaled to 0..1) plus ``rank_weight`` over their chunk's place
+    in the ranking (1 for the first, 1/2 for the second, ...): the chunk the ranking put first answers unless a
+    quote of another says it much better."""
+    if not findings:
+        return []
     texts = [f.citation.text if f.citation is not None else "" for f in findings]
-    return [findings[i] for i, _ in word_order(texts, question, knowledge=knowledge)]
+    by_words = word_order(texts, question, knowledge=knowledge)
+    if meaning is not None:
+        matched = meaning.order(texts, by_words)
+    else:
+        matched = list(zip([i for i, _ in by_words], scaled([s for _, s in by_words]), strict=True))
+    score = {i: s + rank_weight / (1 + i) for i, s in matched}
+    return [findings[i] for i in sorted(score, key=lambda i: (-score[i], i))]
 
 
 def local_answer(findings: Sequence[Finding], *, read: int, chunks: int, failed: int = 0) -> str:

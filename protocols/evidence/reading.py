@@ -8,10 +8,12 @@ to it, and the run's context passes through each step's module once.
               new prompt tokens are quoted by words instead of read (``within_budget``)
     jobs      evidence-first jobs over them (``jobs.read_chunks``): each picks the sentence of its chunk that
               answers (named by its line's label where the local model reports log-probabilities, else chosen
-              through a schema)
+              through a schema) among those closest to the question by words, and by meaning where the chunks
+              were ranked with an embedding model on this device (``_sentence_meaning``)
     cite      each quote checked against its chunk and placed; what is passed on, in rank order: each chunk's quote
               (or the chunk, where its job found nothing) (``citations.aggregate``, ``citations.evidence``)
-    quotes    the quotes re-ordered by how well they alone match the question (``quotes.best_quotes``)
+    quotes    the quotes re-ordered by how well they alone match the question, by words and meaning, beside their
+              chunks' place in the ranking (``quotes.best_quotes``)
     answer    the best quote with its place (``quotes.local_answer``); a closed question's choice on the quotes
               (``choosing``), or a capable model's answer written from them (``written``)
 
@@ -33,7 +35,7 @@ from minions.chunking import Chunk
 from minions.types import ChatRequest, SamplingParams
 
 from ..context import RunContext
-from ..search.meaning import rank_loaded
+from ..search.meaning import SentenceMeaning, rank_loaded, sentence_meaning
 from ..search.ranking import Ranked, lexical_rank
 from .choosing import choice_answer, choose
 from .citations import aggregate, evidence
@@ -62,7 +64,8 @@ def read_and_answer(ctx: RunContext, chunks: Sequence[Chunk]) -> None:
     head = [r.chunk for r in ranked[: min(o.read_chunks, len(ranked))]]
     by_model = within_budget(ctx, question, head)
     # jobs
-    read = read_chunks(ctx, question, head, by_model)
+    meaning = _sentence_meaning(ctx, question)
+    read = read_chunks(ctx, question, head, by_model, meaning)
     jobs, records = read.jobs, read.records
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]
     _count(ctx, total, len(head), ranked, scored=read.scored, by_words=by_model.count(False))
@@ -72,7 +75,7 @@ def read_and_answer(ctx: RunContext, chunks: Sequence[Chunk]) -> None:
     ctx.evidence = evidence([(r.chunk, r.score, j.job_id) for r, j in zip(ranked, jobs, strict=False)], findings)
     # quotes
     by_job = {f.job_id: f for f in findings if f.citation is not None}
-    quoted = best_quotes([by_job[j.job_id] for j in jobs if j.job_id in by_job], question, ctx.knowledge)
+    quoted = best_quotes([by_job[j.job_id] for j in jobs if j.job_id in by_job], question, ctx.knowledge, meaning)
     ctx.citations = [f.citation for f in quoted if f.citation is not None][:MAX_CITATIONS]
     # answer
     failed = sum(r.failed_in_backend for r in records)
@@ -98,6 +101,16 @@ def rank(ctx: RunContext, chunks: Sequence[Chunk], question: str, *, query: str 
         ranked = rank_loaded(chunks, ranked, question, ctx.embedder)
         ctx.reading["meaning"] = ctx.embedder.name
         return ranked
+
+
+def _sentence_meaning(ctx: RunContext, question: str) -> SentenceMeaning | None:
+    """The sentences' closeness to ``question``, by the model that ranked a library's chunks (None: it ranked them
+    by words alone), else the run's (``RunContext.embedder``), where it runs on this device."""
+    embedder = ctx.ranking.embedder if ctx.ranking is not None else ctx.embedder
+    if embedder is None:
+        return None
+    with ctx.timed("rank"):
+        return sentence_meaning(embedder, question=question)
 
 
 @runtime_checkable

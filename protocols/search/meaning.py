@@ -58,6 +58,7 @@ __all__ = [
     "SENTENCE_DEPTH",
     "SENTENCE_WEIGHT",
     "EmbedProgress",
+    "SentenceMeaning",
     "VectorCache",
     "by_sentence",
     "chunk_header",
@@ -66,6 +67,8 @@ __all__ = [
     "meaning_order",
     "meaning_scores",
     "rank_loaded",
+    "scaled",
+    "sentence_meaning",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,9 @@ SENTENCE_WEIGHT = 0.3
 on FinanceBench's half A and BAMBOO: docs/library.md, "A fact said in one sentence")."""
 MIN_SENTENCE_CHARS = 20
 """A shorter span (a heading, a figure alone) says too little to be weighed by itself."""
+QUOTE_MEANING_WEIGHT = 0.7
+"""Meaning's share where a chunk's sentences, or the quotes read, are ordered for a question (``SentenceMeaning``):
+words' the rest."""
 
 
 @dataclass(frozen=True)
@@ -164,8 +170,8 @@ def fuse(
     keys = list(first)
     lowest_words = min(said.values(), default=0.0)
     lowest_cos = min(cosine.values(), default=0.0)
-    by_words = _scaled([said.get(k, lowest_words) for k in keys])
-    by_meaning = _scaled([cosine.get(k, lowest_cos) for k in keys])
+    by_words = scaled([said.get(k, lowest_words) for k in keys])
+    by_meaning = scaled([cosine.get(k, lowest_cos) for k in keys])
     mixed = {k: (1 - weight) * w + weight * m for k, w, m in zip(keys, by_words, by_meaning, strict=True)}
     return [replace(first[k], score=mixed[k]) for k in sorted(keys, key=lambda k: -mixed[k])]
 
@@ -184,9 +190,9 @@ def by_sentence(
     (``sentences.spans``, ``MIN_SENTENCE_CHARS`` or longer) is embedded through ``cache`` (the user's cache file: a
     sentence is embedded once), and a chunk scores its score plus ``weight`` times its closest sentence's cosine to
     ``asked`` (the question's vector), both scaled to 0..1 over the ``depth``; the rest follow as they were. Only
-    with an embedder on this device: one elsewhere would be sent the documents' sentences at every question (what
-    was sent when they were added is the library's; this would be each run's)."""
-    if not on_this_device(embedder.address):
+    with an embedder on this device (``sentence_meaning``)."""
+    meaning = sentence_meaning(embedder, asked, cache)
+    if meaning is None:
         return list(ranked)
     head = list(ranked[:depth])
     texts, owners = [], []
@@ -197,16 +203,65 @@ def by_sentence(
                 owners.append(i)
     if not texts:
         return list(ranked)
-    cosine = (cache or _user_cache()).vectors(embedder, texts) @ np.asarray(asked, dtype=np.float32).reshape(-1)
+    cosine = meaning.closeness(texts)
     best = np.full(len(head), -np.inf)
     np.maximum.at(best, np.asarray(owners), cosine)
     best[np.isinf(best)] = float(best[~np.isinf(best)].min())  # a chunk with no sentence of its own: the lowest
-    mix = [a + weight * b for a, b in zip(_scaled([r.score for r in head]), _scaled(best.tolist()), strict=True)]
+    mix = [a + weight * b for a, b in zip(scaled([r.score for r in head]), scaled(best.tolist()), strict=True)]
     order = sorted(range(len(head)), key=lambda i: (-mix[i], i))
     return [replace(head[i], score=mix[i]) for i in order] + list(ranked[depth:])
 
 
-def _scaled(values: Sequence[float]) -> list[float]:
+@dataclass(frozen=True)
+class SentenceMeaning:
+    """How close sentences are to a question in meaning: the question's vector (``asked``) and the model that made
+    it, each sentence embedded once through ``cache`` (the user's cache file by default; ``by_sentence`` keeps the
+    best chunks' sentences there, so the sentences a run reads are mostly embedded already)."""
+
+    embedder: Embedder
+    asked: Any
+    cache: VectorCache | None = None
+
+    def closeness(self, texts: Sequence[str]) -> np.ndarray:
+        """Each of ``texts``' cosine to the question."""
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        vectors = (self.cache or _user_cache()).vectors(self.embedder, texts)
+        return vectors @ np.asarray(self.asked, dtype=np.float32).reshape(-1)
+
+    def order(
+        self, texts: Sequence[str], by_words: Sequence[tuple[int, float]], *, weight: float = QUOTE_MEANING_WEIGHT
+    ) -> list[tuple[int, float]]:
+        """``by_words`` ((index into ``texts``, words' score), best first: ``ranking.word_order``) re-ordered with
+        each text's closeness: both scaled to 0..1 over them, ``weight`` on meaning; an empty text is the farthest.
+        (index, mixed score), best first; ties keep words' order. A sentence that answers in other words than the
+        question's ("how much did they bring in" for "net revenues were $96.6 million") shares few of its terms."""
+        if len(by_words) < 2:
+            return list(by_words)
+        said = [j for j, (i, _) in enumerate(by_words) if texts[i].strip()]
+        close = np.full(len(by_words), np.nan)
+        close[said] = self.closeness([texts[by_words[j][0]] for j in said])
+        close[np.isnan(close)] = np.nanmin(close) if said else 0.0
+        words = scaled([s for _, s in by_words])
+        mixed = [(1 - weight) * w + weight * c for w, c in zip(words, scaled(close.tolist()), strict=True)]
+        ranks = sorted(range(len(by_words)), key=lambda j: (-mixed[j], j))
+        return [(by_words[j][0], mixed[j]) for j in ranks]
+
+
+def sentence_meaning(
+    embedder: Embedder | None, asked: Any = None, cache: VectorCache | None = None, *, question: str = ""
+) -> SentenceMeaning | None:
+    """Sentences weighed by meaning for a question (its vector ``asked``, else ``question`` embedded now), where
+    ``embedder`` runs on this device; None where there is none, or where it runs on another machine: it would be
+    sent the documents' sentences at every question (what was sent when they were added is the library's; this
+    would be each run's)."""
+    if embedder is None or not on_this_device(embedder.address):
+        return None
+    vector = asked if asked is not None else embedder.embed([question], query=True)[0]
+    return SentenceMeaning(embedder, vector, cache)
+
+
+def scaled(values: Sequence[float]) -> list[float]:
     """``values`` scaled to 0..1 (all 0 where they are all equal)."""
     low, high = min(values), max(values)
     return [(v - low) / (high - low) if high > low else 0.0 for v in values]

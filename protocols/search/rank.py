@@ -119,7 +119,7 @@ def search_library(
     seconds = time.perf_counter() - started
     about |= {**found.to_dict(), "search_s": round(seconds, 4), "route_s": round(routed - started, 4),
               "rank_s": round(started + seconds - routed, 4)}  # fmt: skip
-    return LibrarySearch(found, Ranking(ranked, total, about), seconds)
+    return LibrarySearch(found, Ranking(ranked, total, about, embedder if near else None), seconds)
 
 
 def _route_doubted(found: Route, near: Sequence[Ranked]) -> bool:

@@ -68,6 +68,9 @@ class Ranking:
     """Chunks the search ranked them among (every chunk of the documents searched)."""
     about: Mapping[str, Any] = field(default_factory=dict)
     """How the search went, for ``RunResult.reading["library"]``: the documents considered and why, its time."""
+    embedder: Any = field(default=None, compare=False, repr=False)
+    """The embedding model that ranked by meaning (None: words alone): the run weighs the sentences it reads with
+    the same one (``evidence.reading``)."""
 
 
 def word_order(

@@ -255,3 +255,27 @@ def test_lettered_options_are_chosen_by_meaning_with_a_model_behind_a_server(ope
     question = "What happened to Northwind's revenue in 2025?"
     result = LocalOnly(local, embeddings="auto").run(question, [load_document(DEMO)], choices=REVENUE_OPTIONS)
     assert_lettered_answer(result)
+
+
+OTHER_WORDS = "What did the storm break?"
+"""Shares no word but "the" with line 19 of the demo report: "A hailstorm on 14 June damaged 1,150 panels ..."."""
+
+
+def assert_answered_in_other_words(result: RunResult) -> None:
+    """The sentences the model read, and the quotes it picked, ordered by their closeness in meaning too
+    (all-MiniLM-L6-v2 on this device): the quote that answers comes first."""
+    assert "line 19" in result.answer and "damaged 1,150 panels" in result.answer
+
+
+def test_a_question_in_other_words_is_answered_from_the_sentence_that_means_it(local):
+    result = LocalOnly(local, embeddings="auto").run(OTHER_WORDS, [load_document(DEMO)])
+    assert_answered_in_other_words(result)
+
+
+def test_a_question_in_other_words_is_answered_by_a_model_behind_a_server(openai_server):
+    from minions.backends.openai import OpenAIBackend
+
+    local = OpenAIBackend(
+        "smollm2", base_url=openai_server, context_window=4096, timeout=120, json_schema_style="json_object"
+    )
+    assert_answered_in_other_words(LocalOnly(local, embeddings="auto").run(OTHER_WORDS, [load_document(DEMO)]))

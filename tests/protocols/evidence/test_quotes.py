@@ -6,7 +6,10 @@ import json
 
 from minions.chunking import Chunk
 from minions.protocols.evidence.quotes import NONE, answer_spans, candidates, quote_schema, states_value
+from minions.protocols.search.meaning import VectorCache, sentence_meaning
 from minions.protocols.search.sentences import spans
+
+from ..helpers import WordsEmbedder
 
 PROSE = (
     "## Financial Highlights\n\n"
@@ -52,6 +55,17 @@ def test_abbreviations_do_not_end_sentences_and_short_sentences_stand_alone():
         for s in spans("Mr. Williams had a CT scan. Dr. J. Smith read it.\n\n**CT Spine scan:**\nNo contrast was used.")
     ]
     assert texts == ["Mr. Williams had a CT scan.", "Dr. J. Smith read it.", "**CT Spine scan:** No contrast was used."]
+
+
+def test_sentences_joined_without_a_space_are_told_apart():
+    """A transcript's or a PDF's lines joined with no space after the full stop: a capitalised word right after it
+    starts a sentence; after an initial or an abbreviation ("U.S.", "e.g.") and inside a figure it does not."""
+    text = "Sales to OEMs rose.We can't change the mix.The U.S.Bank loan, e.g.The bond, cost $7.84 per share."
+    assert [s.text for s in spans(text)] == [
+        "Sales to OEMs rose.",
+        "We can't change the mix.",
+        "The U.S.Bank loan, e.g.The bond, cost $7.84 per share.",
+    ]
 
 
 def test_candidates_are_the_best_matching_sentences_first():
@@ -136,3 +150,51 @@ def test_the_model_reorders_sentences_that_match_the_question_but_never_lifts_on
     assert pick_sentence(options, [-5.0, -0.1, -0.2, -0.3], question) == 1
     # and when no sentence shares a word with the question, the fusion weighs them all
     assert pick_sentence(options, [-9.0, -0.1, -0.2, -0.3], "Who audits it?") == 1
+
+
+BUYERS = (
+    "The company's products shipped from its two plants this year. "
+    "Products of the company were also sold online this year. "
+    "Cisco represented 15 percent of sales."
+)
+
+
+def test_with_meaning_a_sentence_that_answers_in_other_words_is_offered_first():
+    """ "Which buyer ..." shares no word with "Cisco represented 15 percent of sales", and two sentences share
+    "company" and "products" with it: by words the answer comes last; the sentences' closeness in meaning (a
+    stand-in model that reads "buyer" and "Cisco" as a customer) puts it first."""
+    question = "Which buyer took most of the company's products this year?"
+    by_words = candidates(chunk(BUYERS), question)
+    assert by_words[-1].text.startswith("Cisco")
+    embedder = WordsEmbedder(("customer", "plant", "online"), alike={"buyer": "customer", "cisco": "customer"})
+    meaning = sentence_meaning(embedder, question=question, cache=VectorCache(":memory:"))
+    assert meaning is not None
+    offered = candidates(chunk(BUYERS), question, meaning=meaning)
+    assert offered[0].text.startswith("Cisco")
+    # offered first, it stays among the sentences the model may pick though it shares no word with the question
+    from minions.protocols.evidence.jobs import pick_sentence
+
+    assert pick_sentence(offered, [-0.1, -2.0, -3.0], question) == 0
+
+
+def test_the_answer_is_the_first_chunks_quote_unless_another_says_it_much_better():
+    """``best_quotes``: a quote's match to the question alone (by words here), scaled, plus its chunk's place in
+    the ranking (1, 1/2, 1/3, ...): on FinanceBench the chunk ranked first held the answer's page far more often
+    than the quote that matched best by words (docs/local-reading.md)."""
+    from minions.protocols.evidence.citations import Finding
+    from minions.protocols.evidence.quotes import best_quotes
+    from minions.protocols.result import Citation
+
+    def found(texts: list[str]) -> list[Finding]:
+        return [Finding(i, "q", t, "", "local", Citation(t, "report.md", i), i) for i, t in enumerate(texts)]
+
+    question = "What was the revenue in 2025?"
+    filler = ["The board met four times.", "Staff numbers were stable.", "Our offices moved in March."]
+    # the fourth chunk's quote says it best, the first chunk's a little: at weight 1 the ranking's first stands
+    first = found(["The chair spoke of 2025 at length.", *filler[:2], "Revenue in 2025 was $4.2 billion."])
+    assert best_quotes(first, question, rank_weight=1.0)[0].citation.chunk == 0
+    assert best_quotes(first, question, rank_weight=0.0)[0].citation.chunk == 3  # by its match alone
+    # the second chunk's quote says it, the first chunk's says nothing of it: the second comes first
+    second = found([filler[0], "Revenue in 2025 was $4.2 billion.", *filler[1:]])
+    assert best_quotes(second, question)[0].citation.chunk == 1
+    assert best_quotes([], question) == []
