@@ -56,7 +56,8 @@ class RunContext:
     citations: list[Citation] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
     reading: dict[str, Any] = field(default_factory=dict)
-    """What the local model read: chunks, scored, read, skipped, why (``protocols.evidence.reading``)."""
+    """What the local model read: chunks, scored, read, skipped, why, and what weighed its sentences ("words", or the
+    embedding model's name) (``protocols.evidence.reading``)."""
     ranking: Ranking | None = None
     """The chunks ranked ahead of the run, by a library's index (``protocols.library``); None: the run ranks the
     documents' chunks itself."""

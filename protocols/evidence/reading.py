@@ -65,6 +65,7 @@ def read_and_answer(ctx: RunContext, chunks: Sequence[Chunk]) -> None:
     by_model = within_budget(ctx, question, head)
     # jobs
     meaning = _sentence_meaning(ctx, question)
+    ctx.reading["sentences"] = meaning.embedder.name if meaning is not None else "words"
     read = read_chunks(ctx, question, head, by_model, meaning)
     jobs, records = read.jobs, read.records
     ranked = [replace(r, model=rec.score) for r, rec in zip(ranked, records, strict=False)] + ranked[len(records) :]

@@ -292,6 +292,23 @@ def test_ask_routes_ranks_and_names_document_and_place_of_the_evidence() -> None
         Library(local=ScriptedBackend(responder=reply)).ask("What?")
 
 
+def test_a_librarys_question_weighs_the_sentences_it_reads_with_the_librarys_own_model(tmp_path: Path) -> None:
+    """The run weighs the sentences it offers and the quotes it answers with by the model that ranked the chunks
+    (the library's, pinned to its vectors), not the one the run's options would name; words alone without one."""
+    from .search.test_meaning import KeywordEmbedder
+
+    def reply(messages, params):  # type: ignore[no-untyped-def]
+        return quote_reply(params, "$515 million", "$515 million")
+
+    for model, by in ((KeywordEmbedder(), "test/keywords"), ("none", "words")):
+        local = ScriptedBackend(responder=reply)
+        with Library(tmp_path / by.replace("/", "-"), local=local, read_chunks=2, embeddings=model) as library:
+            for name in DOCS:
+                library.add(doc(name))
+            result = library.ask("What were Acme's capital expenditures in FY2020?")
+            assert result.reading["sentences"] == by and "$515 million" in result.answer
+
+
 def test_the_index_cli_adds_folders_and_reports_each_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from minions.apps.cli.main import main
 
