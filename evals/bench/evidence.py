@@ -13,7 +13,7 @@ model, one JSON line per item and a summary line with the recall curves (@1, @5,
 Where the gold answer is a short fact (``SHORT_ANSWER``), ``answered`` says whether the local answer holds it as
 written, and the summary counts them (``answered``: ``yes`` of ``of``): the whole path, ranking, the sentence
 picked and the quote put first, on questions of one's own (``evals/bench/written/calls.jsonl``). ``quoted_gold``
-says whether the answer's quote lies in the gold evidence (on a gold page; across a gold span), counted the same
+says whether the answer's quote covers the gold evidence (as ``evals.evidence.covers`` counts it), counted the same
 way.
 
 Page recall does not see which sentence of a chunk the local model picked, so the lines also count, over the read
@@ -91,7 +91,7 @@ from minions.protocols.search.ranking import Ranked, lexical_rank
 
 from ..datasets import dataset_path, load_dataset
 from ..errors import EvalError
-from ..evidence import RECALL_AT, evidence_scores
+from ..evidence import RECALL_AT, covers, evidence_scores
 from ..financebench import load_financebench
 from ..gold import GoldEvidence
 from ..items import HALVES, EvalItem, half
@@ -374,21 +374,11 @@ def answered(answer: str, gold: Sequence[str]) -> bool | None:
 
 
 def quoted_gold(item: EvalItem, quote: Citation | None) -> bool | None:
-    """Whether the answer's quote lies in ``item``'s gold evidence: on a gold page, or across a gold span where the
-    document has no pages; None where there is no quote."""
+    """Whether the answer's quote covers a place of ``item``'s gold evidence (``evals.evidence.covers``: a gold page,
+    else most of a gold span, else the gold's words); None where there is no quote."""
     if quote is None:
         return None
-    for gold in (g for s in item.evidence for g in s if g.document == quote.document):
-        if gold.pages and set(gold.pages) & set(quote.pages):
-            return True
-        places = (gold.start, gold.end, quote.start, quote.end)
-        if not gold.pages and None not in places and _overlap(*places):  # type: ignore[arg-type]
-            return True
-    return False
-
-
-def _overlap(start: int, end: int, other_start: int, other_end: int) -> bool:
-    return other_start < end and start < other_end
+    return any(covers(quote, gold) for s in item.evidence for gold in s)
 
 
 def _flat(text: str) -> str:

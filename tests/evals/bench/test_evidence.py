@@ -62,7 +62,7 @@ def test_a_short_gold_answer_is_answered_where_the_answer_holds_it_as_written() 
     assert answered("0.69", [explained]) is None  # an explanation, not a fact an answer holds as written
 
 
-def test_the_answers_quote_is_in_the_gold_where_it_shares_a_gold_page_or_crosses_a_gold_span() -> None:
+def test_the_answers_quote_is_in_the_gold_where_it_covers_a_gold_page_or_most_of_a_gold_span() -> None:
     from minions.evals.gold import GoldEvidence
     from minions.evals.items import EvalItem
     from minions.protocols.result import Citation
@@ -81,9 +81,10 @@ def test_the_answers_quote_is_in_the_gold_where_it_shares_a_gold_page_or_crosses
         load=list,
         evidence=((GoldEvidence("c.txt", start=100, end=180),),),
     )
-    assert quoted_gold(spans, Citation("...", "c.txt", 0, start=150, end=300))
+    assert quoted_gold(spans, Citation("...", "c.txt", 0, start=120, end=300))  # 60 of the gold's 80 characters
+    assert not quoted_gold(spans, Citation("...", "c.txt", 0, start=150, end=300))  # 30 of 80: a neighbour's tail
     assert not quoted_gold(spans, Citation("...", "c.txt", 0, start=180, end=300))
-    assert not quoted_gold(spans, Citation("...", "other.txt", 0, start=150, end=300))
+    assert not quoted_gold(spans, Citation("...", "other.txt", 0, start=120, end=300))
 
 
 @pytest.mark.slow
