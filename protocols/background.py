@@ -3,6 +3,10 @@
     minions index ~/filings/       # back at the prompt when the words are indexed; the vectors follow
     minions index --status         # 12,400/34,274 chunks embedded (all-MiniLM-L6-v2), running (pid 4242)
 
+Then the process embeds every chunk's sentences ahead of the questions (``Library.keep_sentences``): a new
+question's search then waits for no sentence to be embedded. It runs at a lower priority (``NICENESS``), so that a
+question asked meanwhile on the same cores is not slowed by it more than need be.
+
 ``resume_embedding(library)`` starts ``python -m minions.protocols.background INDEX`` detached (its own session, its
 output in ``INDEX-embedding.log``) where chunks have no vector and no such process runs; ``minions index``,
 ``minions ask --library``, ``minions mcp``/``serve`` and the app call it, so a build stopped (a reboot, Ctrl-C,
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -26,17 +31,22 @@ from typing import Any
 
 from .embed_lock import EmbeddingLock, log_path
 from .library import Library
+from .search.sentence_vectors import sentences_kept
 
-__all__ = ["EmbedStatus", "embedding_status", "main", "resume_embedding"]
+__all__ = ["NICENESS", "EmbedStatus", "embedding_status", "main", "resume_embedding"]
 
 log = logging.getLogger(__name__)
+
+NICENESS = 10
+"""How much lower the background process's priority is than the process that started it (``os.nice``)."""
 
 
 @dataclass(frozen=True)
 class EmbedStatus:
     """Where a library's meaning vectors stand: chunks with a vector of all, whether a process is adding them (its
-    pid), the model they are of, and the end of the last background run's log when none runs and some are missing
-    (why it stopped)."""
+    pid), the model they are of, the end of the last background run's log when none runs and some are missing
+    (why it stopped), and the chunks whose sentences are embedded ahead of questions (None: not done for a model on
+    another machine)."""
 
     embedded: int
     total: int
@@ -44,16 +54,19 @@ class EmbedStatus:
     pid: int | None
     model: str | None
     log: str | None = None
+    sentences: int | None = None
 
     @property
     def complete(self) -> bool:
-        return self.embedded >= self.total
+        return self.embedded >= self.total and (self.sentences is None or self.sentences >= self.total)
 
     def line(self) -> str:
-        """``12,400/34,274 chunks embedded (all-MiniLM-L6-v2), running (pid 4242)``."""
+        """``12,400/34,274 chunks embedded (all-MiniLM-L6-v2), their sentences 0/34,274, running (pid 4242)``."""
         state = f"running (pid {self.pid})" if self.running else ("done" if self.complete else "stopped")
+        kept = f", their sentences {self.sentences:,}/{self.total:,}" if self.sentences is not None else ""
         head = (
-            f"meaning vectors: {self.embedded:,}/{self.total:,} chunks embedded ({self.model or 'no model'}), {state}"
+            f"meaning vectors: {self.embedded:,}/{self.total:,} chunks embedded ({self.model or 'no model'}){kept}, "
+            f"{state}"
         )
         return head + (f"\n  its log ends: {self.log}" if self.log else "")
 
@@ -67,11 +80,12 @@ def embedding_status(library: Library) -> EmbedStatus:
     embedded, total = index.vector_bytes()[0], index.chunk_count()
     model = index.vector_model() or (library.embedder.name if library.embedder is not None else None)
     pid = EmbeddingLock(index.path).holder() if index.path != ":memory:" else None
+    sentences = sentences_kept(index, library.embedder)
     tail = None
     if pid is None and embedded < total and log_path(index.path).is_file():
         lines = log_path(index.path).read_text(encoding="utf-8", errors="replace").strip().splitlines()
         tail = lines[-1][:300] if lines else None
-    return EmbedStatus(embedded, total, pid is not None, pid, model, tail)
+    return EmbedStatus(embedded, total, pid is not None, pid, model, tail, sentences)
 
 
 def resume_embedding(library: Library) -> EmbedStatus | None:
@@ -99,13 +113,13 @@ def resume_embedding(library: Library) -> EmbedStatus | None:
     finally:
         lock.release()  # the child's descriptor holds it on
     log.info("meaning vectors for %s: background process %d started", library.index.path, child.pid)
-    return EmbedStatus(status.embedded, status.total, True, child.pid, status.model)
+    return EmbedStatus(status.embedded, status.total, True, child.pid, status.model, sentences=status.sentences)
 
 
 def run(index_path: str, embeddings: str | None, allow_egress: bool, lock_fd: int | None = None) -> int:
-    """The background process: embed every chunk without a vector, under the lock (``lock_fd``: handed on by the
-    process that started this one); again while documents were added meanwhile. Exits at once where another
-    holds the lock."""
+    """The background process: embed every chunk without a vector, then every chunk's sentences not yet embedded
+    ahead of questions, under the lock (``lock_fd``: handed on by the process that started this one); again while
+    documents were added meanwhile. Exits at once where another holds the lock."""
     from minions.backends.embeddings import vector_model_of
 
     lock = EmbeddingLock(index_path)
@@ -130,10 +144,11 @@ def run(index_path: str, embeddings: str | None, allow_egress: bool, lock_fd: in
                 done = 0
                 while n := library.embed():  # documents added while it ran: their chunks too
                     done += n
-                print(f"embedded {done} chunks with {ours}")
+                print(f"embedded {done} chunks with {ours}", flush=True)
+                print(f"embedded the sentences of {library.keep_sentences()} chunks ahead of questions", flush=True)
             finally:
                 lock.release()
-            if not library.index.unembedded(1):  # added between the last batch and the release: not left behind
+            if embedding_status(library).complete:  # else added between the last batch and the release
                 return 0
 
 
@@ -145,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lock-fd", type=int, help="the lock file, locked, handed on by the process that started it")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.nice(NICENESS)
     return run(args.index, args.embeddings, args.allow_egress, args.lock_fd)
 
 

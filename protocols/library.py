@@ -27,6 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from .search.rank import RANK_DEPTH, LibrarySearch, search_library
 from .search.ranking import Ranking
 from .search.routing import profile
 from .search.sent import question_egress, with_egress
+from .search.sentence_vectors import keep_sentences
 
 __all__ = [
     "GLOSSARY_FILE",
@@ -323,14 +325,8 @@ class Library:
         than this library's embedder are dropped in any case: a library's vectors are one model's."""
         if self.index.path == ":memory:" or (self.embedder is None and not again):
             return self._embed(on_progress, again)
-        lock = EmbeddingLock(self.index.path)
-        if not lock.acquire(wait=False):
-            log.info("another process is embedding %s: waiting for it", self.index.path)
-            lock.acquire()
-        try:
+        with self._embedding():
             return self._embed(on_progress, again)
-        finally:
-            lock.release()
 
     def _embed(self, on_progress: Callable[[EmbedProgress], None] | None, again: bool) -> int:
         if again:
@@ -338,6 +334,29 @@ class Library:
         if self.embedder is None:
             return 0
         return embed_missing(self.index, self.embedder, on_progress=on_progress)
+
+    def keep_sentences(self, on_progress: Callable[[EmbedProgress], None] | None = None) -> int:
+        """Embed every chunk's sentences ahead of the questions, which then do not wait for them (the background
+        process does it after the chunks' vectors: ``search.sentence_vectors``); the number of chunks done (0
+        without an embedding model on this device). Stopped, it goes on where it stopped next time."""
+        if self.embedder is None:
+            return 0
+        if self.index.path == ":memory:":
+            return keep_sentences(self.index, self.embedder, on_progress=on_progress)
+        with self._embedding():
+            return keep_sentences(self.index, self.embedder, on_progress=on_progress)
+
+    @contextmanager
+    def _embedding(self) -> Iterator[None]:
+        """The library's one embedding at a time (``EmbeddingLock``), waited for where another process holds it."""
+        lock = EmbeddingLock(self.index.path)
+        if not lock.acquire(wait=False):
+            log.info("another process is embedding %s: waiting for it", self.index.path)
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _add_one(self, item: Path | Document, roots: list[Path] | None = None) -> IndexedDocument | None:
         if isinstance(item, Document):

@@ -29,7 +29,10 @@ INDEX_FLAGS = (
     ("--follow-links", "read files and folders that links lead to outside the folders named (skipped otherwise)"),
     ("--json", "print one JSON line per file"),
     ("--status", "the meaning vectors: chunks embedded, and the process adding them"),
-    ("--wait", "compute the meaning vectors before returning (default: in the background)"),
+    (
+        "--wait",
+        "compute the meaning vectors, the chunks' then their sentences', before returning (default: in the background)",
+    ),
     (
         "--reembed",
         "compute every chunk's meaning vector again, with the model MINIONS_EMBEDDINGS names (after a change)",
@@ -91,12 +94,12 @@ def progress_line(p: Any) -> str:
     )
 
 
-def embed_line(p: Any) -> str:
+def embed_line(p: Any, what: str = "meaning vectors") -> str:
     """``meaning vectors [#####-----] 1,200/34,274 chunks  38.1/s  ETA 14m20s`` of an ``EmbedProgress``."""
     filled = BAR * p.done // p.total if p.total else BAR
     rate = p.done / p.seconds if p.seconds else 0.0
     eta = "done" if p.done >= p.total else f"ETA {int(p.eta_s or 0) // 60}m{int(p.eta_s or 0) % 60:02d}s"
-    return f"meaning vectors [{'#' * filled}{'-' * (BAR - filled)}] {p.done:,}/{p.total:,} chunks  {rate:.1f}/s  {eta}"
+    return f"{what} [{'#' * filled}{'-' * (BAR - filled)}] {p.done:,}/{p.total:,} chunks  {rate:.1f}/s  {eta}"
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -120,13 +123,17 @@ def cmd_index(args: argparse.Namespace) -> int:
         elif p.finished and not args.json:
             print(progress_line(p), file=sys.stderr, flush=True)
 
-    def embedded(p: Any) -> None:
+    def embedded(p: Any, key: str = "embedded", what: str = "meaning vectors") -> None:
         if args.json:
-            print(json.dumps({"embedded": p.done, "of": p.total, "elapsed_s": round(p.seconds, 2)}), flush=True)
+            print(json.dumps({key: p.done, "of": p.total, "elapsed_s": round(p.seconds, 2)}), flush=True)
         elif live:
-            print("\r" + embed_line(p).ljust(100), end="\n" if p.done >= p.total else "", file=sys.stderr, flush=True)
+            line = embed_line(p, what).ljust(100)
+            print("\r" + line, end="\n" if p.done >= p.total else "", file=sys.stderr, flush=True)
         elif p.done >= p.total:
-            print(embed_line(p), file=sys.stderr, flush=True)
+            print(embed_line(p, what), file=sys.stderr, flush=True)
+
+    def sentences(p: Any) -> None:
+        embedded(p, "sentences", "their sentences")
 
     if args.status:
         with library:
@@ -145,6 +152,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.reembed and not args.files and args.wait:
         with library:
             count = library.embed(embedded, again=True)
+            library.keep_sentences(on_progress=sentences)
         print(f"library {library.index.path}: {count} chunks embedded again with {library.embedder.name}")
         return 0
     if args.reembed:
@@ -152,6 +160,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     with library:
         report = library.add(*args.files, on_progress=added, warm=args.warm, on_warm=warmed, on_embed=embedded,
                              follow_links=args.follow_links, embed=args.wait)  # fmt: skip
+        if args.wait:
+            library.keep_sentences(on_progress=sentences)
         background = None if args.wait else resume_embedding(library)
         docs = library.documents
         summary = (
@@ -169,10 +179,14 @@ def cmd_index(args: argparse.Namespace) -> int:
         for name, why in report.skipped:
             print(f"skipped {name}: {why}", file=sys.stderr)
         print(summary)
-        if background is not None and not background.complete:
+        if background is not None and not background.complete and background.embedded < background.total:
             print(f"meaning is being added in the background ({background.embedded:,}/{background.total:,} chunks so "
                   f"far, pid {background.pid}): questions meanwhile are answered by words; minions index --status "
                   "shows how far it is")  # fmt: skip
+        elif background is not None and not background.complete:
+            print(f"the chunks' sentences are being embedded ahead of questions in the background "
+                  f"({background.sentences or 0:,}/{background.total:,} chunks so far, pid {background.pid}): "
+                  "a new question meanwhile embeds those it weighs itself")  # fmt: skip
         if args.warm:
             print(cache_summary())
     if not report.added and not report.unchanged:
@@ -251,12 +265,15 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"cleared {before.entries} saved prompt states ({before.bytes / 1e6:.1f} MB) from {store.root}")
         return 0
     library = library_usage()
+    cached = _vector_cache()
     if args.json:
         u = store.usage()
         print(json.dumps({"root": str(store.root), "entries": u.entries, "tokens": u.tokens, "bytes": u.bytes,
-                          "max_bytes": store.max_bytes, "library": library}))  # fmt: skip
+                          "max_bytes": store.max_bytes, "library": library, "vector_cache": cached}))  # fmt: skip
     else:
         print(cache_summary())
+        print(f"vectors of loaded documents and of the sentences searches weigh: {cached['bytes'] / 1e6:.1f} MB in "
+              f"{cached['path']}")  # fmt: skip
         if library is not None:
             v = library["vectors"]
             vectors = f"meaning vectors {v['bytes'] / 1e6:.1f} MB ({v['chunks']} chunks, {v['model'] or 'none'})"
@@ -266,6 +283,16 @@ def cmd_cache(args: argparse.Namespace) -> int:
                 print(f"  {d['name']}: {d['pages']} pages, {d['chunks']} chunks, {d['bytes'] / 1e6:.1f} MB on disk")
             print(sent_lines(library["embeddings_sent"]))
     return 0
+
+
+def _vector_cache() -> dict[str, Any]:
+    """The user's vector cache (``meaning.VectorCache``): where it is and its bytes on disk, its log's too."""
+    from minions.paths import cache_dir
+    from minions.protocols.search.meaning import VECTOR_CACHE_FILE
+
+    path = cache_dir() / VECTOR_CACHE_FILE
+    files = [path, path.with_name(path.name + "-wal")]
+    return {"path": str(path), "bytes": sum(f.stat().st_size for f in files if f.is_file())}
 
 
 def sent_lines(sent: dict[str, Any]) -> str:

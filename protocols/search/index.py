@@ -163,6 +163,8 @@ class ChunkIndex(Protocol):
     def expect_vector_model(self, name: str | None) -> None: ...
     def drop_vectors(self) -> None: ...
     def unembedded(self, limit: int, after: int = 0) -> list[tuple[int, str, str, str | None]]: ...
+    def chunks_after(self, after: int, limit: int) -> list[tuple[int, str]]: ...
+    def count_after(self, after: int) -> int: ...
     def vector_counts(self) -> dict[str, int]: ...
     def vector_bytes(self) -> tuple[int, int]: ...
     def vector_count(self) -> int: ...
@@ -600,6 +602,17 @@ class SqliteIndex:
         """Up to ``limit`` chunks after chunk id ``after`` without a vector: (chunk id, document, text, section)."""
         with self._lock:
             return unembedded(self._db, limit, after)
+
+    def chunks_after(self, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` chunks after chunk id ``after``, in index order: (chunk id, text)."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?", (after, limit))
+            return [(int(i), str(t)) for i, t in rows]
+
+    def count_after(self, after: int) -> int:
+        """How many chunks come after chunk id ``after``."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM chunks WHERE id > ?", (after,)).fetchone()[0])
 
     def vector_counts(self) -> dict[str, int]:
         """How many of each document's chunks have a vector."""

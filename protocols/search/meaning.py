@@ -69,6 +69,8 @@ __all__ = [
     "rank_loaded",
     "scaled",
     "sentence_meaning",
+    "user_cache",
+    "weighed_sentences",
 ]
 
 log = logging.getLogger(__name__)
@@ -197,10 +199,9 @@ def by_sentence(
     head = list(ranked[:depth])
     texts, owners = [], []
     for i, r in enumerate(head):
-        for span in spans(r.chunk.text):
-            if len(span.text) >= MIN_SENTENCE_CHARS:
-                texts.append(span.text)
-                owners.append(i)
+        weighed = weighed_sentences(r.chunk.text)
+        texts += weighed
+        owners += [i] * len(weighed)
     if not texts:
         return list(ranked)
     cosine = meaning.closeness(texts)
@@ -210,6 +211,12 @@ def by_sentence(
     mix = [a + weight * b for a, b in zip(scaled([r.score for r in head]), scaled(best.tolist()), strict=True)]
     order = sorted(range(len(head)), key=lambda i: (-mix[i], i))
     return [replace(head[i], score=mix[i]) for i in order] + list(ranked[depth:])
+
+
+def weighed_sentences(text: str) -> list[str]:
+    """The sentences of a chunk's ``text`` that ``by_sentence`` weighs (``sentences.spans``, ``MIN_SENTENCE_CHARS``
+    or longer), in their order."""
+    return [span.text for span in spans(text) if len(span.text) >= MIN_SENTENCE_CHARS]
 
 
 @dataclass(frozen=True)
@@ -226,7 +233,7 @@ class SentenceMeaning:
         """Each of ``texts``' cosine to the question."""
         if not texts:
             return np.zeros(0, dtype=np.float32)
-        vectors = (self.cache or _user_cache()).vectors(self.embedder, texts)
+        vectors = (self.cache or user_cache()).vectors(self.embedder, texts)
         return vectors @ np.asarray(self.asked, dtype=np.float32).reshape(-1)
 
     def order(
@@ -290,7 +297,10 @@ VECTOR_CACHE_FILE = "vectors.sqlite"
 
 class VectorCache:
     """Chunk vectors kept by model and by the hash of the text embedded (a SQLite file; ``":memory:"`` for one that
-    lives as long as the object). A file read again, or the same chunk in another run, is not embedded again."""
+    lives as long as the object). A file read again, or the same chunk in another run, is not embedded again.
+    ``mark``/``set_mark`` keep a note beside the vectors (how far a library's sentences were embedded ahead of its
+    questions: ``sentence_vectors``), so that the note goes where the vectors go. Write-ahead logged: a question
+    reads it while the background process writes."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = str(path if path is not None else cache_dir() / VECTOR_CACHE_FILE)
@@ -299,10 +309,23 @@ class VectorCache:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._lock = threading.Lock()
         with self._lock:
+            if self.path != ":memory:":
+                self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS vectors (model TEXT, digest TEXT, vec BLOB NOT NULL, "
                 "PRIMARY KEY (model, digest))"
             )
+            self._db.execute("CREATE TABLE IF NOT EXISTS marks (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def mark(self, key: str) -> str | None:
+        """The note kept under ``key`` (None: none)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM marks WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def set_mark(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO marks VALUES (?, ?)", (key, value))
 
     def vectors(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
         """``texts``' vectors (one row each) by ``embedder``: those cached read, the others embedded and kept."""
@@ -337,7 +360,7 @@ def _cache_at(path: str) -> VectorCache:
     return VectorCache(path)
 
 
-def _user_cache() -> VectorCache:
+def user_cache() -> VectorCache:
     """The user's cache file (``minions.paths.cache_dir``)."""
     return _cache_at(str(cache_dir() / VECTOR_CACHE_FILE))
 
@@ -355,7 +378,7 @@ def rank_loaded(
     first by words: ``ranking.lexical_rank``) fused with the chunks closest to ``question`` in meaning (``fuse``),
     pages spread. Each chunk is embedded with its header (``chunk_header``), through ``cache``."""
     texts = [f"{chunk_header(c.document, None, c.section)}\n{c.text}" for c in chunks]
-    vectors = (cache or _user_cache()).vectors(embedder, texts)
+    vectors = (cache or user_cache()).vectors(embedder, texts)
     asked = embedder.embed([question], query=True)[0]
     cosine = vectors @ np.asarray(asked, dtype=np.float32).reshape(-1)
     place = {(c.document, c.index): i for i, c in enumerate(chunks)}

@@ -7,6 +7,8 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from minions.documents import Document
 from minions.protocols.background import embedding_status, resume_embedding
 from minions.protocols.embed_lock import EmbeddingLock, lock_path
@@ -32,7 +34,10 @@ def test_the_lock_is_one_holders_at_a_time_and_reentrant_within_its_thread(tmp_p
     assert EmbeddingLock(index).holder() is None and lock_path(index).is_file()
 
 
-def test_a_search_while_vectors_are_missing_says_the_rest_is_found_by_words(tmp_path: Path) -> None:
+def test_a_search_while_vectors_are_missing_says_the_rest_is_found_by_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MINIONS_CACHE_DIR", str(tmp_path / "cache"))
     with Library(tmp_path / "lib", embeddings=KeywordEmbedder()) as library:  # type: ignore[arg-type]
         library.add(Document("bank.md", "The bank raised its interest rates twice this year."), embed=False)
         assert library.search("interest rates").ranking.about["meaning"] == "test/keywords: no vectors yet, words alone"
@@ -45,6 +50,8 @@ def test_a_search_while_vectors_are_missing_says_the_rest_is_found_by_words(tmp_
         assert resume_embedding(library) is None  # an embedder object: no process can make it again
         library.embed()
         assert library.search("a car").ranking.about["meaning"] == "test/keywords"
+        assert not embedding_status(library).complete  # the sentences are still to be embedded ahead of questions
+        library.keep_sentences()
         assert embedding_status(library).complete
 
 

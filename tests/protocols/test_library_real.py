@@ -100,8 +100,12 @@ def test_index_returns_with_the_words_and_the_vectors_follow_in_the_background(
         assert time.monotonic() < deadline, f"the background embedding did not finish: {now}"
         time.sleep(0.5)
     assert now["embedded"] == now["total"] == meaning["total"] and not now["running"] and now["log"] is None
+    assert now["sentences"] == now["total"]  # then the chunks' sentences, ahead of the questions
     assert lock_path(str(library / "library.sqlite")).is_file()
     assert main(["index", "--status", "--library", str(library)]) == 0
-    assert f"{meaning['total']}/{meaning['total']} chunks embedded" in capsys.readouterr().out
+    total = meaning["total"]
+    assert f"{total}/{total} chunks embedded ({now['model']}), their sentences {total}/{total}, done" in (
+        capsys.readouterr().out
+    )
     assert main(["index", str(folder), "--library", str(library)]) == 0  # all there: nothing to resume
     assert "in the background" not in capsys.readouterr().out

@@ -172,3 +172,23 @@ def test_ask_answer_quote_keeps_a_capable_model_to_its_quote(capsys, monkeypatch
     out = ask_writer(capsys, monkeypatch, register_provider, "never asked", "--answer", "quote")
     assert out.startswith("$31.8 million, according to northwind-annual-report-2025.md, line 27:")
     assert "never asked" not in out and "  [northwind-annual-report-2025.md line 27] " in out
+
+
+def test_cache_says_what_the_vector_cache_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from minions.protocols.search.meaning import VectorCache
+
+    from ...protocols.helpers import WordsEmbedder
+
+    monkeypatch.setenv("MINIONS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MINIONS_LIBRARY", str(tmp_path / "no library"))
+    path = tmp_path / "cache" / "vectors.sqlite"
+    VectorCache(path).vectors(WordsEmbedder(["sentence"]), ["A sentence a search weighed."])  # type: ignore[arg-type]
+    code, out, _ = run_cli(capsys, "cache", "--json")
+    vectors = json.loads(out)["vector_cache"]
+    assert code == 0 and vectors["path"] == str(path) and vectors["bytes"] >= path.stat().st_size > 0
+    code, out, _ = run_cli(capsys, "cache")
+    assert code == 0 and f"MB in {path}" in out
