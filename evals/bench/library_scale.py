@@ -36,9 +36,11 @@ once to warm up (``first_search_ms``: the vectors read in, the model loaded); th
 ``search_ms_p90``), with the page recall @1..@20 of its ranking (``recall``) and, where the library has vectors,
 of words alone (``search_library`` without the model: ``recall_words``, ``words_ms``), and how many questions
 were routed first to their own filing (``routed_first``); then each is asked again, its sentences' vectors
-cached (``search_ms_again``). ``languages`` counts the documents told each language (a question is searched in
-every language of the library). The first line says the CPU, its cores, the load and the vectors' mode; each
-size's line its load too.
+cached (``search_ms_again``). With ``sentences``, the search process first embeds every chunk's sentences ahead
+of the questions (``Library.keep_sentences``: ``sentences_kept`` chunks in ``sentences_s``), as the background
+process does after a build, so that a new question waits for none. ``languages`` counts the documents told each
+language (a question is searched in every language of the library). The first line says the CPU, its cores, the
+load and the vectors' mode; each size's line its load too.
 """
 
 from __future__ import annotations
@@ -116,6 +118,10 @@ class LibraryScaleConfig:
         shown="a temporary folder, removed after",
     )  # fmt: skip
     volume_chars: int = option(VOLUME_CHARS, "filler files are joined into documents of about this many characters")
+    sentences: bool = option(
+        False, "embed every chunk's sentences ahead of the questions (Library.keep_sentences), then ask them; about "
+        "4 minutes for the filings here",
+    )  # fmt: skip
     seed: int = 0
     """Of the synthetic vectors."""
 
@@ -400,6 +406,10 @@ def search_scale(root: Path, folder: Path, config: LibraryScaleConfig) -> dict[s
     times, recall curves and this process's peak memory."""
     questions = _questions(root, config.limit)
     library = Library(folder, embeddings=config.embeddings if config.vectors != "none" else "none")
+    kept = {}
+    if config.sentences:
+        started = time.perf_counter()
+        kept = {"sentences_kept": library.keep_sentences(), "sentences_s": round(time.perf_counter() - started, 1)}
     started = time.perf_counter()
     library.search(questions[0].question)
     first = time.perf_counter() - started
@@ -418,6 +428,7 @@ def search_scale(root: Path, folder: Path, config: LibraryScaleConfig) -> dict[s
         "search_ms_again": _ms(statistics.median(again)),
         "recall": mean_curve(lines, "recall"),
         "routed_first": sum(line["routed_first"] for line in lines),
+        **kept,
     }
     if library.embedder is not None:
         words_ms = _ms(statistics.median(line["words_s"] for line in lines))

@@ -131,3 +131,13 @@ def test_synthetic_vectors_fill_the_matrix_and_the_filings_are_embedded_once_a_r
         assert library.index.vector_model() == HashedWords.name
         found = library.search("What were ACME's capital expenditures in 2022?")
         assert found.ranking.about["meaning"] == HashedWords.name
+
+
+def test_with_sentences_the_search_process_embeds_every_chunks_sentences_before_it_asks(
+    checkout: Path, filler: Path, tmp_path: Path
+) -> None:
+    config = LibraryScaleConfig(scales=(1,), filler=(str(filler),), vectors="real", sentences=True,
+                                work=str(tmp_path / "work"))  # fmt: skip
+    _, one = library_scale_bench(checkout, config)
+    assert one["sentences_kept"] == one["chunks"] > 0 and one["sentences_s"] > 0  # all of them, in the search's cache
+    assert one["search_ms"] > 0 and one["recall"]["@20"] == 1.0
