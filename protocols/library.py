@@ -323,8 +323,8 @@ class Library:
         time); the number embedded (0 without an embedding model). ``again``: every stored vector is dropped
         first and computed again (``minions index --reembed``: after a change of model). Vectors of another model
         than this library's embedder are dropped in any case: a library's vectors are one model's."""
-        if self.index.path == ":memory:" or (self.embedder is None and not again):
-            return self._embed(on_progress, again)
+        if self.embedder is None and not again:
+            return 0
         with self._embedding():
             return self._embed(on_progress, again)
 
@@ -341,14 +341,16 @@ class Library:
         without an embedding model on this device). Stopped, it goes on where it stopped next time."""
         if self.embedder is None:
             return 0
-        if self.index.path == ":memory:":
-            return keep_sentences(self.index, self.embedder, on_progress=on_progress)
         with self._embedding():
             return keep_sentences(self.index, self.embedder, on_progress=on_progress)
 
     @contextmanager
     def _embedding(self) -> Iterator[None]:
-        """The library's one embedding at a time (``EmbeddingLock``), waited for where another process holds it."""
+        """The library's one embedding at a time (``EmbeddingLock``), waited for where another process holds it;
+        a library in memory is this process's alone."""
+        if self.index.path == ":memory:":
+            yield
+            return
         lock = EmbeddingLock(self.index.path)
         if not lock.acquire(wait=False):
             log.info("another process is embedding %s: waiting for it", self.index.path)
