@@ -287,10 +287,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 def _vector_cache() -> dict[str, Any]:
     """The user's vector cache (``meaning.VectorCache``): where it is and its bytes on disk, its log's too."""
-    from minions.paths import cache_dir
-    from minions.protocols.search.meaning import VECTOR_CACHE_FILE
+    from minions.protocols.search.meaning import user_cache_path
 
-    path = cache_dir() / VECTOR_CACHE_FILE
+    path = user_cache_path()
     files = [path, path.with_name(path.name + "-wal")]
     return {"path": str(path), "bytes": sum(f.stat().st_size for f in files if f.is_file())}
 

@@ -69,7 +69,9 @@ __all__ = [
     "rank_loaded",
     "scaled",
     "sentence_meaning",
+    "text_digest",
     "user_cache",
+    "user_cache_path",
     "weighed_sentences",
 ]
 
@@ -303,7 +305,7 @@ class VectorCache:
     reads it while the background process writes."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = str(path if path is not None else cache_dir() / VECTOR_CACHE_FILE)
+        self.path = str(path if path is not None else user_cache_path())
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -329,7 +331,7 @@ class VectorCache:
 
     def vectors(self, embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
         """``texts``' vectors (one row each) by ``embedder``: those cached read, the others embedded and kept."""
-        digests = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+        digests = [text_digest(t) for t in texts]
         found: dict[str, np.ndarray] = {}
         with self._lock:
             for start in range(0, len(digests), 500):
@@ -361,8 +363,18 @@ def _cache_at(path: str) -> VectorCache:
 
 
 def user_cache() -> VectorCache:
-    """The user's cache file (``minions.paths.cache_dir``)."""
-    return _cache_at(str(cache_dir() / VECTOR_CACHE_FILE))
+    """The user's cache file (``user_cache_path``)."""
+    return _cache_at(str(user_cache_path()))
+
+
+def user_cache_path() -> Path:
+    """Where the user's cache file is (``minions.paths.cache_dir``), opened or not."""
+    return cache_dir() / VECTOR_CACHE_FILE
+
+
+def text_digest(text: str) -> str:
+    """What a text is kept under in a ``VectorCache`` (its SHA-256, in hex)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def rank_loaded(

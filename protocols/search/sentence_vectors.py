@@ -16,7 +16,6 @@ them).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 from minions.backends.address import on_this_device
 from minions.backends.embeddings import Embedder
 
-from .meaning import EMBED_BATCH, EmbedProgress, VectorCache, user_cache, weighed_sentences
+from .meaning import EMBED_BATCH, EmbedProgress, VectorCache, text_digest, user_cache, weighed_sentences
 
 if TYPE_CHECKING:
     from .index import ChunkIndex
@@ -54,7 +53,7 @@ def keep_sentences(
         cache.vectors(embedder, list(dict.fromkeys(texts)))
         after, done = rows[-1][0], done + len(rows)
         if index.path != ":memory:":
-            place = {"model": embedder.name, "after": after, "digest": _digest(rows[-1][1])}
+            place = {"model": embedder.name, "after": after, "digest": text_digest(rows[-1][1])}
             cache.set_mark(_key(index), json.dumps(place))
         if on_progress is not None:
             on_progress(EmbedProgress(done, max(total, done), time.perf_counter() - started))
@@ -82,10 +81,6 @@ def _after(index: ChunkIndex, embedder: Embedder, cache: VectorCache) -> int:
     except (ValueError, KeyError, TypeError):
         return 0
     there = index.chunks_after(after - 1, 1)
-    if model != embedder.name or not there or there[0][0] != after or _digest(there[0][1]) != digest:
+    if model != embedder.name or not there or there[0][0] != after or text_digest(there[0][1]) != digest:
         return 0
     return after
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
