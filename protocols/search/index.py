@@ -1,12 +1,12 @@
 """The library's text index: every chunk of every document, found by words through SQLite's FTS5.
 
 One SQLite file holds, per document, its text (compressed, with pages and sections), its routing profile
-(``protocols.search.routing``) and its chunks, each with its document, pages and section; FTS5 keeps the chunks' terms.
-The terms are ours (``protocols.search.words.tokenize``: Unicode words, stop words dropped and stemmed in the
-document's language, which its profile keeps), written into FTS5 as space-separated words, so FTS5 ranks by BM25
-over the same terms the in-memory ranking uses; a question is made terms in the languages of the documents it
-searches. The figure prior for quantity questions (``protocols.search.ranking.FIGURE_WEIGHT``) multiplies FTS5's
-score in the same query.
+(``protocols.search.routing``) and its chunks, each with its document, pages and section. The chunks' terms are
+ours (``protocols.search.words.tokenize``: Unicode words, stop words dropped and stemmed in the document's language,
+which its profile keeps), the same terms the in-memory ranking uses; a question is made terms in the languages of
+the documents it searches. They are kept twice: as postings, which BM25 reads (``protocols.search.postings``, FTS5's
+score computed at numpy's speed), and in FTS5, which finds phrases (``phrase_documents``). The figure prior for
+quantity questions (``protocols.search.ranking.FIGURE_WEIGHT``) multiplies the best chunks' scores.
 
     index = SqliteIndex("library.sqlite")
     index.add(doc, chunks, key="/path/10K.pdf", sha256=digest)   # one transaction: all of it or nothing
@@ -40,6 +40,8 @@ from minions.errors import ConfigError
 from minions.sqlite import write_transaction
 
 from .figures import figure_share
+from .postings import IDF_FLOOR, Postings, Scores, drop_postings, store_postings
+from .postings import SCHEMA as POSTINGS_SCHEMA
 from .profiles import GENERAL, Knowledge
 from .ranking import FIGURE_CAP, FIGURE_WEIGHT, Ranked, page_spread, search_terms
 from .sent import SCHEMA as SENT_SCHEMA
@@ -50,7 +52,7 @@ from .words import DEFAULT_LANGUAGE, tokenize
 
 __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
-FORMAT = 2
+FORMAT = 3
 """Bump when what is stored changes (the terms, the chunk fields, the routing profile): an index of another format
 is emptied, its documents kept aside (``outdated``), and ``Library`` indexes them again from their stored text."""
 PRIOR_POOL = 300
@@ -67,6 +69,7 @@ CREATE TABLE IF NOT EXISTS documents (
     pages INTEGER NOT NULL,
     chars INTEGER NOT NULL,
     chunks INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
     profile TEXT NOT NULL,
     body BLOB NOT NULL,
     added_at REAL NOT NULL
@@ -225,12 +228,6 @@ def _ranked(row: Sequence[Any], score: float) -> Ranked:
     return Ranked(Chunk(name, idx, text, start, end, tuple(json.loads(pages)), section), score)
 
 
-def match_expression(query: str, languages: Sequence[str] = (DEFAULT_LANGUAGE,)) -> str | None:
-    """An FTS5 query for any of ``query``'s terms (ours, in ``languages``, quoted); None when it has none."""
-    terms = list(dict.fromkeys(tokenize(query, languages)))
-    return " OR ".join(f'"{t}"' for t in terms) if terms else None
-
-
 class SqliteIndex:
     """The embedded ``ChunkIndex``: one SQLite file (``":memory:"`` for one that lives as long as the object).
 
@@ -264,11 +261,13 @@ class SqliteIndex:
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         if row is not None and row[0] != str(FORMAT):
             self._keep_outdated()
-            for table in ("chunk_vectors", "doc_vocab", "doc_terms", "chunk_terms", "chunks", "documents", "meta"):
+            derived = ("chunk_vectors", "postings", "term_chunks", "doc_vocab", "doc_terms", "chunk_terms", "chunks")
+            for table in (*derived, "documents", "meta"):
                 self._db.execute(f"DROP TABLE IF EXISTS {table}")
             self._db.execute("VACUUM")  # give the old format's pages back to the disk
         self._db.executescript(_SCHEMA)
         self._db.executescript(VECTORS_SCHEMA)
+        self._db.executescript(POSTINGS_SCHEMA)
         self._db.executescript(SENT_SCHEMA)  # kept across formats: not derived from the documents
         self._db.execute(_OUTDATED)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
@@ -403,23 +402,28 @@ class SqliteIndex:
             self._delete(db, "key = ?", key)
             self._delete(db, "name = ?", doc.name)
             cur = db.execute(
-                "INSERT INTO documents (key, name, sha256, bytes, pages, chars, chunks, profile, body, added_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO documents (key, name, sha256, bytes, pages, chars, chunks, tokens, profile, body, "
+                "added_at) VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?)",
                 (key, doc.name, sha256, size, len(doc.pages), len(doc.text), len(chunks), json.dumps(profile),
                  _body(doc), time.time()),
             )  # fmt: skip
             doc_id = cur.lastrowid
+            assert doc_id is not None
             vocabulary = sorted({t for row in rows for t in row[-1].split()})
             db.execute("INSERT INTO doc_terms (rowid, terms) VALUES (?, ?)", (doc_id, " ".join(vocabulary)))
+            ids = []
             for row in rows:
                 cur = db.execute(
                     "INSERT INTO chunks (doc, idx, start, end, pages, section, figures, text, terms) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (doc_id, *row),
                 )
+                ids.append(cur.lastrowid)
                 db.execute(
                     "INSERT INTO chunk_terms (rowid, terms, doc) VALUES (?, ?, ?)", (cur.lastrowid, row[-1], doc_id)
                 )
+            tokens = store_postings(db, doc_id, ids, [row[-1] for row in rows])
+            db.execute("UPDATE documents SET tokens = ? WHERE id = ?", (tokens, doc_id))
         found = self.find(key)
         assert found is not None
         return found
@@ -439,6 +443,8 @@ class SqliteIndex:
             (row[0],),
         )
         db.execute("DELETE FROM chunks WHERE doc = ?", (row[0],))
+        vocabulary = db.execute("SELECT terms FROM doc_terms WHERE rowid = ?", (row[0],)).fetchone()
+        drop_postings(db, row[0], vocabulary[0].split() if vocabulary else ())
         db.execute("DELETE FROM doc_terms WHERE rowid = ?", (row[0],))
         db.execute("DELETE FROM documents WHERE id = ?", (row[0],))
         return True
@@ -462,32 +468,25 @@ class SqliteIndex:
         alone would weigh it (a company's name is rare in the library and in most chunks of its own filings: weighed
         by the library, it ranks first the chunks that say the name most, an exhibit list, a subsidiary's)."""
         expression = search_terms(query, question, knowledge)
-        terms = match_expression(expression, knowledge.languages)
-        if terms is None or k <= 0:
+        terms = list(dict.fromkeys(tokenize(expression, knowledge.languages)))
+        if not terms or k <= 0:
             return []
         weight = FIGURE_WEIGHT if knowledge.asks_for_quantity(question if question is not None else query) else 0.0
-        match, scope = f"terms : ({terms})", None
         with self._lock:
+            ids = None
             if documents is not None:
                 ids = self._ids(documents)
                 if not ids:
                     return []
-                scope = "doc : (" + " OR ".join(str(i) for i in ids) + ")"
-                match += f" AND {scope}"
-            # FTS5 scores every match in C; joining each to its chunk for the prior would cost 3x that, so the
-            # prior re-ranks the best PRIOR_POOL by words (it multiplies a score by at most 1 + FIGURE_WEIGHT/2).
-            # (and a page's second chunk makes way for other pages' best, so twice k are ranked at least)
+            named = [t for t in dict.fromkeys(names) if t in terms] if ids is not None else []
+            found = Postings(self._db).scores(terms, documents=ids, apart=named)
+            # the figure prior re-ranks the best PRIOR_POOL by words (it multiplies a score by at most
+            # 1 + FIGURE_WEIGHT/2), and a page's second chunk makes way for other pages' best, so twice k at least
             pool = max(2 * k, PRIOR_POOL) if weight else 2 * k
-            hits = self._db.execute(
-                "SELECT rowid, -bm25(chunk_terms, 1.0, 0.0) AS score FROM chunk_terms WHERE chunk_terms MATCH ? "
-                "ORDER BY score DESC, rowid LIMIT ?",
-                (match, pool),
-            ).fetchall()
+            hits = found.best(pool)
             if not hits:
                 return []
-            asked = set(tokenize(expression, knowledge.languages)) if names and scope is not None else set()
-            named = [t for t in dict.fromkeys(names) if t in asked]
-            surplus = self._names_surplus([i for i, _ in hits], named, scope) if named and scope is not None else {}
+            surplus = self._names_surplus(hits, found, ids) if named and ids is not None else {}
             # the pool's places and figures only (no text): the k kept are read whole below
             marks = ",".join("?" * len(hits))
             places = {
@@ -505,31 +504,27 @@ class SqliteIndex:
             kept = [scored[j] for j in page_spread(pages)[:k]]
             return self._read_ranked([(i, score) for score, i in kept])
 
-    def _names_surplus(self, ids: Sequence[int], terms: Sequence[str], scope: str) -> dict[int, float]:
-        """What each of the chunks ``ids`` scores for ``terms`` beyond what those terms would score among the
-        chunks that ``scope`` (an FTS5 filter on the doc column) matches (call under the lock). A term's part of a
-        BM25 score is its idf times its frequency part, so the surplus is that part times one less the idf within
-        over FTS5's. The idf within is the one-document ranking's (``bm25.BM25``: a name in most chunks still
+    def _names_surplus(self, hits: Sequence[tuple[int, float]], found: Scores, ids: Sequence[int]) -> dict[int, float]:
+        """What each of the chunks ``hits`` scores for the terms ``found`` kept apart beyond what those terms would
+        score among the chunks of documents ``ids`` alone (call under the lock). A term's part of a BM25 score is
+        its idf times its frequency part, so the surplus is that part times one less the idf within over the
+        library's. The idf within is the one-document ranking's (``bm25.BM25``: a name in most chunks still
         counts a little; FTS5's own, which is nil there, gave FinanceBench library recall@10 0.836 against 0.840
         in a probe). The surplus is taken off after the figure prior (0.832 against 0.820 before it)."""
-        count = "SELECT count(*) FROM chunk_terms WHERE chunk_terms MATCH ?"
         library = self.chunk_count()
-        within = int(self._db.execute(count, (scope,)).fetchone()[0])
-        wanted = set(ids)
+        marks = ",".join("?" * len(ids))
+        within = int(
+            self._db.execute(
+                f"SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE id IN ({marks})", list(ids)
+            ).fetchone()[0]
+        )
+        wanted = {i for i, _ in hits}
         surplus: dict[int, float] = {}
-        for term in terms:
-            phrase = f'terms : "{term}"'
-            held = int(self._db.execute(count, (phrase,)).fetchone()[0])
-            # the term's part of each score (the doc column weighs nothing), in every chunk within that holds it
-            parts = self._db.execute(
-                "SELECT rowid, -bm25(chunk_terms, 1.0, 0.0) FROM chunk_terms WHERE chunk_terms MATCH ?",
-                (f"{phrase} AND {scope}",),
-            ).fetchall()
-            if not held or not parts:
-                continue
-            idf = max(math.log((library - held + 0.5) / (held + 0.5)), 1e-6)  # FTS5's, floored as it floors it
-            idf_within = math.log(1 + (within - len(parts) + 0.5) / (len(parts) + 0.5))
-            for i, part in parts:
+        for term, (chunks, parts) in found.parts.items():
+            held = self._db.execute("SELECT chunks FROM term_chunks WHERE term = ?", (term,)).fetchone()[0]
+            idf = max(math.log((library - held + 0.5) / (held + 0.5)), IDF_FLOOR)  # as the library's scores floor it
+            idf_within = math.log(1 + (within - len(chunks) + 0.5) / (len(chunks) + 0.5))
+            for i, part in zip(chunks.tolist(), parts.tolist(), strict=True):
                 if i in wanted:
                     surplus[i] = surplus.get(i, 0.0) + part * (1 - idf_within / idf)
         return surplus
