@@ -1,4 +1,4 @@
-"""The library's text index: every chunk of every document, found by words through SQLite's FTS5.
+"""The library's text index: every chunk of every document, found by words (BM25 over postings; FTS5 for phrases).
 
 One SQLite file holds, per document, its text (compressed, with pages and sections), its routing profile
 (``protocols.search.routing``) and its chunks, each with its document, pages and section. The chunks' terms are
@@ -54,7 +54,8 @@ __all__ = ["ChunkIndex", "IndexedDocument", "Outdated", "SqliteIndex"]
 
 FORMAT = 3
 """Bump when what is stored changes (the terms, the chunk fields, the routing profile): an index of another format
-is emptied, its documents kept aside (``outdated``), and ``Library`` indexes them again from their stored text."""
+is emptied, its documents kept aside (``outdated``), and ``Library`` indexes them again from their stored text.
+Format 2 (no postings) gains its postings in place (``SqliteIndex._postings_from_terms``)."""
 PRIOR_POOL = 300
 """Chunks ranked by words alone that the figure prior re-ranks (``SqliteIndex.search``)."""
 
@@ -259,7 +260,9 @@ class SqliteIndex:
         row = None
         with suppress(sqlite3.OperationalError):  # a new file has no meta table yet
             row = self._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is not None and row[0] != str(FORMAT):
+        if row is not None and row[0] == "2":
+            self._postings_from_terms()
+        elif row is not None and row[0] != str(FORMAT):
             self._keep_outdated()
             derived = ("chunk_vectors", "postings", "term_chunks", "doc_vocab", "doc_terms", "chunk_terms", "chunks")
             for table in (*derived, "documents", "meta"):
@@ -271,6 +274,21 @@ class SqliteIndex:
         self._db.executescript(SENT_SCHEMA)  # kept across formats: not derived from the documents
         self._db.execute(_OUTDATED)
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+
+    def _postings_from_terms(self) -> None:
+        """An index of format 2 (the same chunks and terms, no postings) given its postings from the terms it
+        keeps, its chunks and their vectors left as they are."""
+        with self._transaction() as db:
+            if db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] != "2":
+                return  # another process did it first
+            db.execute("ALTER TABLE documents ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0")
+            for statement in POSTINGS_SCHEMA.split(";"):
+                db.execute(statement)
+            for (doc,) in db.execute("SELECT id FROM documents ORDER BY id").fetchall():
+                rows = db.execute("SELECT id, terms FROM chunks WHERE doc = ? ORDER BY id", (doc,)).fetchall()
+                tokens = store_postings(db, doc, [i for i, _ in rows], [t for _, t in rows])
+                db.execute("UPDATE documents SET tokens = ? WHERE id = ?", (tokens, doc))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(FORMAT),))
 
     def _keep_outdated(self) -> None:
         """Before an index of another format is emptied: its documents' rows, in the table ``outdated``."""

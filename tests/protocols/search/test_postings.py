@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from minions.chunking import chunk_documents
@@ -92,3 +93,28 @@ def test_ties_are_broken_by_chunk_id_and_a_term_nowhere_scores_nothing() -> None
     assert [i for i, _ in best] == sorted(i for i, _ in best) and len({s for _, s in best}) == 1
     assert [i for i, _ in best] == [i for i, _ in fts5(index, ["alpha", "nowhere"], None, 10)]
     assert Postings(index._db).scores(["nowhere"]).best(10) == []
+
+
+def test_an_index_of_format_2_gains_its_postings_in_place_and_keeps_its_chunks_and_vectors(tmp_path: Path) -> None:
+    path = tmp_path / "library.sqlite"
+    index = SqliteIndex(path)
+    for name in ("README.md", "install.md"):
+        source = ROOT / name if name == "README.md" else ROOT / "docs" / name
+        d = Document.from_text(source.read_text(encoding="utf-8"), name=name)
+        chunks = chunk_documents([d], size=600)
+        index.add(d, chunks, key=name, sha256=name, size=len(d.text), profile=profile(d, len(chunks)))
+    index.use_vector_model("stand-in")
+    chunk_ids = [i for (i,) in index._db.execute("SELECT id FROM chunks ORDER BY id")]
+    index.add_vectors(chunk_ids, np.eye(len(chunk_ids), 8, dtype=np.float32))
+    before = [(r.chunk.document, r.chunk.index, r.score) for r in index.search(QUESTIONS[0], k=10)]
+    # what format 2 was: no postings, no token counts
+    index._db.executescript(
+        "DROP TABLE postings; DROP TABLE term_chunks; ALTER TABLE documents DROP COLUMN tokens;"
+        "UPDATE meta SET value = '2' WHERE key = 'format';"
+    )
+    index.close()
+    again = SqliteIndex(path)
+    assert again._db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0] == "3"
+    assert [(r.chunk.document, r.chunk.index, r.score) for r in again.search(QUESTIONS[0], k=10)] == before
+    assert [i for (i,) in again._db.execute("SELECT id FROM chunks ORDER BY id")] == chunk_ids
+    assert again.vector_count() == len(chunk_ids) and again.outdated() == []
