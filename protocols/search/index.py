@@ -429,14 +429,14 @@ class SqliteIndex:
             assert doc_id is not None
             vocabulary = sorted({t for row in rows for t in row[-1].split()})
             db.execute("INSERT INTO doc_terms (rowid, terms) VALUES (?, ?)", (doc_id, " ".join(vocabulary)))
-            ids = []
+            ids: list[int] = []
             for row in rows:
                 cur = db.execute(
                     "INSERT INTO chunks (doc, idx, start, end, pages, section, figures, text, terms) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (doc_id, *row),
                 )
-                ids.append(cur.lastrowid)
+                ids.append(int(cur.lastrowid or 0))
                 db.execute(
                     "INSERT INTO chunk_terms (rowid, terms, doc) VALUES (?, ?, ?)", (cur.lastrowid, row[-1], doc_id)
                 )

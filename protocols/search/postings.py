@@ -156,6 +156,6 @@ class Postings:
             return empty
         every = np.concatenate(ids)
         size = int(every.max()) + 1
-        total = np.bincount(every, weights=np.concatenate(parts), minlength=size)
+        total = np.bincount(every, weights=np.concatenate(parts), minlength=size).astype(np.float64, copy=False)
         matched = np.flatnonzero(np.bincount(every, minlength=size))
         return Scores(matched, total[matched], kept)
