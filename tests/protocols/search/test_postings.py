@@ -1,5 +1,5 @@
 """BM25 over the postings gives FTS5's own ``bm25()`` ranking, score for score, over real text (this project's
-docs as a library), within some documents, and after a document is removed."""
+docs as a library, and a German page), within some documents, and after a document is removed."""
 
 from __future__ import annotations
 
@@ -26,11 +26,20 @@ QUESTIONS = [
 ]
 
 
+GERMAN = (
+    "Die Umsätze im Geschäftsjahr 2024 stiegen um zwölf Prozent auf 31,8 Millionen Euro. Der Vorstand erwartet für "
+    "das nächste Geschäftsjahr einen Umsatz zwischen 36 und 38 Millionen Euro, wenn die neuen Anlagen rechtzeitig "
+    "fertig werden und die Nachfrage der Kunden anhält.\n\n"
+) * 3
+LANGUAGES = ("en", "de")
+
+
 @pytest.fixture(scope="module")
 def index() -> SqliteIndex:
     index = SqliteIndex()
-    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
-        d = Document.from_text(path.read_text(encoding="utf-8"), name=path.name)
+    texts = {p.name: p.read_text(encoding="utf-8") for p in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]}
+    for name, text in {**texts, "bericht.txt": GERMAN}.items():
+        d = Document.from_text(text, name=name)
         chunks = chunk_documents([d], size=600)
         index.add(d, chunks, key=d.name, sha256=d.name, size=len(d.text), profile=profile(d, len(chunks)))
     return index
@@ -54,8 +63,8 @@ def ids(index: SqliteIndex, *names: str) -> list[int]:
 
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_the_postings_rank_as_fts5_scores(index: SqliteIndex, question: str) -> None:
-    terms = list(dict.fromkeys(tokenize(question)))
-    for documents in (None, ids(index, "README.md", "library.md")):
+    terms = list(dict.fromkeys(tokenize(question, LANGUAGES)))
+    for documents in (None, ids(index, "README.md", "library.md", "bericht.txt")):
         ours = Postings(index._db).scores(terms, documents=documents).best(40)
         theirs = fts5(index, terms, documents, 40)
         assert [i for i, _ in ours] == [i for i, _ in theirs]
