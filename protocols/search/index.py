@@ -529,7 +529,6 @@ class SqliteIndex:
         library's. The idf within is the one-document ranking's (``bm25.BM25``: a name in most chunks still
         counts a little; FTS5's own, which is nil there, gave FinanceBench library recall@10 0.836 against 0.840
         in a probe). The surplus is taken off after the figure prior (0.832 against 0.820 before it)."""
-        library = self.chunk_count()
         marks = ",".join("?" * len(ids))
         within = int(
             self._db.execute(
@@ -538,9 +537,8 @@ class SqliteIndex:
         )
         wanted = {i for i, _ in hits}
         surplus: dict[int, float] = {}
-        for term, (chunks, parts) in found.parts.items():
-            held = self._db.execute("SELECT chunks FROM term_chunks WHERE term = ?", (term,)).fetchone()[0]
-            idf = max(math.log((library - held + 0.5) / (held + 0.5)), IDF_FLOOR)  # as the library's scores floor it
+        for chunks, parts, idf_library in found.parts.values():
+            idf = max(idf_library, IDF_FLOOR)  # never under the floor, as before (the scores' floor is FTS5's)
             idf_within = math.log(1 + (within - len(chunks) + 0.5) / (len(chunks) + 0.5))
             for i, part in zip(chunks.tolist(), parts.tolist(), strict=True):
                 if i in wanted:

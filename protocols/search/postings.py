@@ -92,8 +92,9 @@ class Scores:
     chunks: npt.NDArray[np.int64]
     """Their ids, ascending."""
     scores: npt.NDArray[np.float64]
-    parts: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
-    """For the terms asked to be kept apart: the chunks that hold it and its part of their scores."""
+    parts: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], float]]
+    """For the terms asked to be kept apart: the chunks that hold it, its part of their scores, and its idf over
+    the library (floored as FTS5 floors it)."""
 
     def best(self, k: int) -> list[tuple[int, float]]:
         """The ``k`` best (id, score), best first, ties by id as FTS5's ``ORDER BY score DESC, rowid``."""
@@ -151,7 +152,7 @@ class Postings:
             ids.append(chunk)
             parts.append(part)
             if term in apart:
-                kept[term] = (chunk, part)
+                kept[term] = (chunk, part, idf)
         if not ids:
             return empty
         every = np.concatenate(ids)
